@@ -1,0 +1,1 @@
+"""The catalog: stacks, profiles, OS entries and images under one directory."""

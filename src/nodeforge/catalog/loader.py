@@ -1,0 +1,257 @@
+"""Read a catalog directory into typed entries, resolving `extends` and naming every error's place.
+
+Layout (all YAML):
+    common.yml         catalog-wide variable defaults (optional)
+    compat.yml         compatibility data the rules read
+    os/<name>.yml      OS entries
+    stacks/<name>.yml  stacks (may `extends` another stack)
+    profiles/<name>.yml instance-type profiles
+    <name>.yml         images (may `extends` another image)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from nodeforge.catalog.compat import Compat
+from nodeforge.catalog.models import Common, Image, OsEntry, Profile, Stack
+from nodeforge.catalog.yamlfile import YamlDocument, read_yaml
+from nodeforge.errors import InputError
+
+RESERVED = frozenset({"common.yml", "compat.yml"})
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    root: Path
+    common: Common
+    compat: Compat
+    os: dict[str, OsEntry]
+    stacks: dict[str, Stack]
+    profiles: dict[str, Profile]
+    images: dict[str, Image]
+    files: dict[str, Path] = field(default_factory=dict)
+    """Where each entry was read from, keyed 'kind/name' (e.g. 'images/p5-ubuntu24.04')."""
+
+    def file_of(self, kind: str, name: str) -> Path:
+        return self.files.get(f"{kind}/{name}", self.root)
+
+
+def load_catalog(root: Path) -> Catalog:
+    """Load and validate every catalog file under `root`; raise InputError on the first problem."""
+    if not root.is_dir():
+        raise InputError(
+            "catalog directory not found",
+            file=root,
+            fix="pass --catalog DIR with the folder that holds stacks/, profiles/ and os/",
+        )
+    files: dict[str, Path] = {}
+    compat_path = root / "compat.yml"
+    if not compat_path.is_file():
+        raise InputError(
+            "compat.yml is missing",
+            file=compat_path,
+            fix="copy images/compat.yml from nodeforge into the catalog",
+        )
+    compat = _validate(read_yaml(compat_path), Compat)
+    common_path = root / "common.yml"
+    common = _validate(read_yaml(common_path), Common) if common_path.is_file() else Common()
+
+    os_entries = _load_kind(root, "os", OsEntry, files)
+    profiles = _load_kind(root, "profiles", Profile, files)
+    stacks = _load_extending("stacks", _yaml_files(root / "stacks", "stacks"), Stack, files)
+    image_paths = [p for p in _yaml_files(root, "images") if p.name not in RESERVED]
+    images = _load_extending("images", image_paths, Image, files)
+
+    catalog = Catalog(root, common, compat, os_entries, stacks, profiles, images, files)
+    _check_references(catalog)
+    return catalog
+
+
+def _yaml_files(folder: Path, kind: str) -> list[Path]:
+    if not folder.is_dir():
+        raise InputError(
+            f"the {kind} folder is missing",
+            file=folder,
+            fix=f"create {folder.name}/ with one YAML file per entry",
+        )
+    others = sorted(p.name for p in folder.glob("*.yaml"))
+    if others:
+        raise InputError(
+            f"'{others[0]}' ends in .yaml", file=folder, fix="name catalog files <name>.yml"
+        )
+    return sorted(p for p in folder.glob("*.yml") if p.is_file())
+
+
+def _validate(doc: YamlDocument, model: type[M]) -> M:
+    if not isinstance(doc.data, dict):
+        raise InputError(
+            f"expected a mapping of {model.__name__} fields, found "
+            f"{type(doc.data).__name__ if doc.data is not None else 'an empty file'}",
+            file=doc.path,
+            line=doc.line_of(()),
+        )
+    try:
+        return model.model_validate(doc.data)
+    except ValidationError as exc:
+        raise input_error_from(exc, doc.path, doc.line_of) from None
+
+
+def input_error_from(
+    exc: ValidationError, path: Path, line_of: Callable[[tuple[int | str, ...]], int | None]
+) -> InputError:
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    loc = tuple(first["loc"])
+    field_path = ".".join(str(p) for p in loc) or None
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        message = "unknown key (not part of the schema)"
+    elif first["type"] == "missing":
+        message = "required field is missing"
+    more = len(errors) - 1
+    if more:
+        message += f" (and {more} more problem{'s' if more > 1 else ''} in this file)"
+    return InputError(message, file=path, field=field_path, line=line_of(loc))
+
+
+def _load_kind(root: Path, kind: str, model: type[M], files: dict[str, Path]) -> dict[str, M]:
+    entries: dict[str, M] = {}
+    for path in _yaml_files(root / kind, kind):
+        doc = read_yaml(path)
+        entry = _validate(doc, model)
+        _check_name(doc, getattr(entry, "name", None))
+        entries[path.stem] = entry
+        files[f"{kind}/{path.stem}"] = path
+    return entries
+
+
+def _check_name(doc: YamlDocument, name: object) -> None:
+    if name != doc.path.stem:
+        raise InputError(
+            f"name '{name}' differs from the file name",
+            file=doc.path,
+            field="name",
+            line=doc.line_of(("name",)),
+            fix=f"set name: {doc.path.stem}, or rename the file to {name}.yml",
+        )
+
+
+def _load_extending(
+    kind: str, paths: list[Path], model: type[M], files: dict[str, Path]
+) -> dict[str, M]:
+    """Entries that may `extends` a sibling: the parent's fields first, the child's on top."""
+    docs: dict[str, YamlDocument] = {}
+    for path in paths:
+        doc = read_yaml(path)
+        if not isinstance(doc.data, dict):
+            _validate(doc, model)  # raises the "expected a mapping" error
+        docs[path.stem] = doc
+        files[f"{kind}/{path.stem}"] = path
+
+    merged: dict[str, dict[str, Any]] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> dict[str, Any]:
+        if name in merged:
+            return merged[name]
+        doc = docs[name]
+        parent = doc.data.get("extends")
+        data: dict[str, Any] = doc.data
+        if parent is not None:
+            if not isinstance(parent, str) or parent not in docs:
+                raise InputError(
+                    f"extends '{parent}', which is not a {kind[:-1]} in this catalog",
+                    file=doc.path,
+                    field="extends",
+                    line=doc.line_of(("extends",)),
+                    fix=f"name one of: {', '.join(sorted(docs)) or '(none)'}",
+                )
+            if parent in chain or parent == name:
+                cycle = " -> ".join((*chain, name, parent))
+                raise InputError(
+                    f"extends forms a cycle ({cycle})",
+                    file=doc.path,
+                    field="extends",
+                    line=doc.line_of(("extends",)),
+                    fix="remove one of the extends links",
+                )
+            data = deep_merge(resolve(parent, (*chain, name)), doc.data)
+        merged[name] = data
+        return data
+
+    entries: dict[str, M] = {}
+    for name, doc in docs.items():
+        data = resolve(name, ())
+        try:
+            entry = model.model_validate(data)
+        except ValidationError as exc:
+            raise input_error_from(exc, doc.path, _line_in_chain(name, docs)) from None
+        _check_name(doc, getattr(entry, "name", None))
+        entries[name] = entry
+    return entries
+
+
+def _line_in_chain(
+    name: str, docs: Mapping[str, YamlDocument]
+) -> Callable[[tuple[int | str, ...]], int | None]:
+    """Line lookup in a merged entry: the child's line for what it sets, else the parent's."""
+
+    def line_of(loc: tuple[int | str, ...]) -> int | None:
+        current: str | None = name
+        while current is not None and current in docs:
+            doc = docs[current]
+            if _has_path(doc.data, loc):
+                return doc.line_of(loc)
+            parent = doc.data.get("extends")
+            current = parent if isinstance(parent, str) else None
+        return docs[name].line_of(loc)
+
+    return line_of
+
+
+def _has_path(data: Any, loc: tuple[int | str, ...]) -> bool:
+    for part in loc:
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        else:
+            return False
+    return True
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Mappings merge key by key; any other value (lists included) is replaced by the override."""
+    result = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+            result[key] = deep_merge(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+def _check_references(catalog: Catalog) -> None:
+    for name, image in catalog.images.items():
+        path = catalog.file_of("images", name)
+        refs: list[tuple[str, str, Mapping[str, object]]] = [
+            ("os", image.os, catalog.os),
+            ("stack", image.stack, catalog.stacks),
+        ]
+        refs += [("profiles", p, catalog.profiles) for p in image.profiles]
+        for field_name, ref, table in refs:
+            if ref not in table:
+                kind = {"os": "OS entry", "stack": "stack", "profiles": "profile"}[field_name]
+                raise InputError(
+                    f"names {kind} '{ref}', which is not in the catalog",
+                    file=path,
+                    field=field_name,
+                    line=read_yaml(path).line_of((field_name,)),
+                    fix=f"use one of: {', '.join(sorted(table)) or '(none)'}",
+                )

@@ -1,0 +1,454 @@
+"""Typed catalog entries. Unknown keys and wrong types are rejected; every file is one entry."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from nodeforge.versions import Version
+
+Arch = Literal["x86_64", "arm64"]
+Unknown = Literal["unknown"]
+
+LAYERS: tuple[str, ...] = (
+    "base",
+    "nvidia_driver",
+    "nvidia_fabric",
+    "cuda_toolkit",
+    "gdrcopy",
+    "efa",
+    "aws_ofi_nccl",
+    "nccl",
+    "python_ml",
+    "container_runtime",
+    "image_cleanup",
+)
+"""Every layer, in the order `playbooks/image.yml` applies them."""
+
+Layer = Literal[
+    "base",
+    "nvidia_driver",
+    "nvidia_fabric",
+    "cuda_toolkit",
+    "gdrcopy",
+    "efa",
+    "aws_ofi_nccl",
+    "nccl",
+    "python_ml",
+    "container_runtime",
+    "image_cleanup",
+]
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_VAR_NAME = re.compile(r"^[a-z][a-z0-9_]{0,127}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_FINGERPRINT = re.compile(r"^[0-9A-F]{40}$")
+_PCI_ID = re.compile(r"^0x[0-9a-f]{4}$")
+URL_PLACEHOLDERS = frozenset({"nvidia_repo", "arch", "deb_arch"})
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+def _name(value: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError("use lower-case letters, digits, '.', '_' or '-' (at most 64 characters)")
+    return value
+
+
+def _version(value: str) -> str:
+    Version(value)
+    return value
+
+
+def _sha256(value: str) -> str:
+    if value != "unknown" and not _SHA256.match(value):
+        raise ValueError(
+            "expected 64 lower-case hex digits, or 'unknown' where no checksum is known"
+        )
+    return value
+
+
+def _fingerprint(value: str) -> str:
+    compact = value.replace(" ", "").upper()
+    if not _FINGERPRINT.match(compact):
+        raise ValueError("expected a 40-hex-digit OpenPGP fingerprint (spaces allowed)")
+    return compact
+
+
+def _url(value: str) -> str:
+    if not value.startswith(("https://", "http://", "s3://")):
+        raise ValueError("expected an https://, http:// or s3:// URL")
+    unknown = set(_PLACEHOLDER.findall(value)) - URL_PLACEHOLDERS
+    if unknown:
+        raise ValueError(
+            f"unknown placeholder {{{sorted(unknown)[0]}}}; "
+            f"allowed: {', '.join('{' + p + '}' for p in sorted(URL_PLACEHOLDERS))}"
+        )
+    return value
+
+
+def _pci_id(value: str) -> str:
+    if not _PCI_ID.match(value):
+        raise ValueError("expected a PCI id such as 0x2330 (lower-case hex)")
+    return value
+
+
+def _var_names(value: dict[str, Any]) -> dict[str, Any]:
+    for key in value:
+        if not _VAR_NAME.match(key):
+            raise ValueError(f"variable name '{key}' must be snake_case, e.g. nvidia_driver_branch")
+    return value
+
+
+Name = Annotated[str, AfterValidator(_name)]
+VersionStr = Annotated[str, AfterValidator(_version)]
+Sha256 = Annotated[str, AfterValidator(_sha256)]
+Fingerprint = Annotated[str, AfterValidator(_fingerprint)]
+Url = Annotated[str, AfterValidator(_url)]
+PciId = Annotated[str, AfterValidator(_pci_id)]
+Vars = Annotated[dict[str, Any], AfterValidator(_var_names)]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+# ---------------------------------------------------------------- profiles
+
+
+class Gpu(Model):
+    model: str
+    architecture: Literal["ampere", "ada", "hopper", "blackwell"]
+    count: int = Field(ge=1)
+    memory_gib: float = Field(gt=0)
+    compute_capability: VersionStr
+    pci_device_ids: list[PciId] = Field(min_length=1)
+
+
+class Cpu(Model):
+    vendor: str
+    vcpus: int | Unknown
+    memory_gib: float | Unknown
+
+
+class Interconnect(Model):
+    nvswitch: bool
+    nvlink_generation: int | None
+    nvlinks_per_gpu: int | None
+    fabric_manager: bool
+    nvlsm: bool
+    imex: bool
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Interconnect:
+        if self.fabric_manager and not self.nvswitch:
+            raise ValueError("fabric_manager needs nvswitch: fabric manager drives NVSwitches")
+        if self.nvlsm and not self.fabric_manager:
+            raise ValueError("nvlsm runs beside fabric manager: set fabric_manager too")
+        return self
+
+
+class CardGroup(Model):
+    """Network cards first..last, all alike: what the launch template must request for them."""
+
+    first: int = Field(ge=0)
+    last: int = Field(ge=0)
+    interface: Literal["efa", "efa-only", "ena"]
+    device_index: int = Field(ge=0)
+
+
+class Network(Model):
+    bandwidth_gbps: int = Field(ge=1)
+    efa_interfaces: int = Field(ge=0)
+    gpudirect_rdma: Literal["required", "optional"]
+    network_cards: list[CardGroup] | Unknown
+
+    @property
+    def known_cards(self) -> list[CardGroup]:
+        return [] if self.network_cards == "unknown" else self.network_cards
+
+    @model_validator(mode="after")
+    def _layout(self) -> Network:
+        expected = 0
+        for group in self.known_cards:
+            if group.first != expected or group.last < group.first:
+                raise ValueError(
+                    f"network_cards must cover cards 0..N in order without gaps; "
+                    f"a group should start at card {expected}"
+                )
+            expected = group.last + 1
+        efa_cards = sum(g.last - g.first + 1 for g in self.known_cards if g.interface != "ena")
+        if self.known_cards and efa_cards != self.efa_interfaces:
+            raise ValueError(
+                f"network_cards carry {efa_cards} EFA interfaces but efa_interfaces is "
+                f"{self.efa_interfaces}"
+            )
+        return self
+
+
+class DriverRequirement(Model):
+    min_branch: int = Field(ge=1)
+    open_modules: Literal["required", "recommended", "optional", "unsupported"]
+    gsp_firmware: bool = True
+
+
+class Baseline(Model):
+    """A validation threshold with its provenance; `status: unknown` says nobody has measured it."""
+
+    value: float | None
+    unit: str
+    status: Literal["published", "measured", "advisory", "unknown"]
+    source: str
+    message_size: str | None = None
+    nodes: int | None = None
+    tolerance: float = Field(default=0.1, ge=0, lt=1)
+    note: str | None = None
+
+    @model_validator(mode="after")
+    def _known(self) -> Baseline:
+        if (self.status == "unknown") != (self.value is None):
+            raise ValueError("value must be null exactly when status is 'unknown'")
+        return self
+
+
+class Baselines(Model):
+    nccl_all_reduce_single_node: Baseline
+    nccl_all_reduce_multi_node: Baseline
+    bf16_matmul_tflops_per_gpu: Baseline
+    device_memcpy_gbps_per_gpu: Baseline
+
+
+class Profile(Model):
+    name: Name
+    description: str
+    arch: Arch
+    gpu: Gpu
+    cpu: Cpu
+    interconnect: Interconnect
+    network: Network
+    nvme_gb: int | Unknown
+    driver: DriverRequirement
+    baselines: Baselines
+    sources: list[str] = Field(min_length=1)
+    vars: Vars = Field(default_factory=dict)
+
+    @property
+    def sm(self) -> Version:
+        return Version(self.gpu.compute_capability)
+
+
+# ---------------------------------------------------------------- operating systems
+
+
+class AmiLookup(Model):
+    """Where Packer finds the source AMI: an SSM parameter, or owners plus a name filter."""
+
+    ssm_parameter: str | None = None
+    owners: list[str] | None = None
+    name_filter: str | None = None
+    source: str
+
+    @model_validator(mode="after")
+    def _one_way(self) -> AmiLookup:
+        by_ssm = self.ssm_parameter is not None
+        by_filter = self.owners is not None or self.name_filter is not None
+        if by_ssm == by_filter:
+            raise ValueError("give either ssm_parameter, or owners and name_filter")
+        if by_filter and not (self.owners and self.name_filter):
+            raise ValueError("owners and name_filter go together: Packer requires owners")
+        return self
+
+
+class Kernel(Model):
+    image_package: str
+    headers_packages: list[str] = Field(min_length=1)
+
+
+class OsArch(Model):
+    source_ami: AmiLookup
+    kernel: Kernel
+    nvidia_repo: str | None
+
+
+class OsEntry(Model):
+    name: Name
+    distribution: Literal["ubuntu", "debian", "amazon"]
+    version: str
+    codename: str | None
+    package_family: Literal["apt", "dnf"]
+    default_user: str
+    python: VersionStr
+    root_device: str
+    architectures: dict[Arch, OsArch] = Field(min_length=1)
+    sources: list[str] = Field(min_length=1)
+    vars: Vars = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- stacks
+
+
+class Artifact(Model):
+    """A download: checksum and/or signature; `sha256: unknown` states that none is known."""
+
+    url: Url
+    sha256: Sha256
+    gpg_fingerprint: Fingerprint | None = None
+    signature_url: Url | None = None
+    source: str
+
+    @property
+    def verified(self) -> bool:
+        return self.sha256 != "unknown" or self.gpg_fingerprint is not None
+
+
+class AptRepository(Model):
+    """An apt/dnf repository; packages are verified by its signing key."""
+
+    url: Url
+    key_url: Url
+    gpg_fingerprint: Fingerprint
+    source: str
+
+
+class Driver(Model):
+    branch: int = Field(ge=1)
+    version: VersionStr
+    flavour: Literal["open", "proprietary", "profile"]
+    """`profile`: open modules unless the profile's GPUs do not support them."""
+    source: Literal["nvidia-repo", "distro"]
+    fabric_manager_package: str | None = None
+    """Set only to override the name derived from compat.yml fabric_naming (checked against it)."""
+    imex_package: str | None = None
+
+    @model_validator(mode="after")
+    def _branch_matches(self) -> Driver:
+        if Version(self.version).major != self.branch:
+            raise ValueError(f"version {self.version} is not on branch {self.branch}")
+        return self
+
+
+class Cuda(Model):
+    toolkits: list[VersionStr] = Field(min_length=1)
+    default: VersionStr
+    cudnn: VersionStr | None = None
+    source: Literal["nvidia-repo", "distro"]
+
+    @model_validator(mode="after")
+    def _default_listed(self) -> Cuda:
+        if self.default not in self.toolkits:
+            raise ValueError(f"default {self.default} is not one of toolkits")
+        return self
+
+
+class Nccl(Model):
+    version: VersionStr
+    source: Literal["nvidia-repo", "distro", "source"]
+    tests_version: VersionStr | None = None
+    tests_artifact: str | None = None
+
+
+class Efa(Model):
+    installer_version: VersionStr
+    artifact: str
+
+
+class AwsOfiNccl(Model):
+    version: VersionStr
+    source: Literal["efa-installer", "source"]
+    artifact: str | None = None
+
+
+class Gdrcopy(Model):
+    version: VersionStr
+    artifact: str
+
+
+class PythonPackage(Model):
+    version: VersionStr
+
+
+class PyTorch(Model):
+    version: VersionStr
+    variant: str = Field(pattern=r"^(cu\d{3}|cpu)$")
+
+
+class Frameworks(Model):
+    python: VersionStr
+    pytorch: PyTorch
+    vllm: PythonPackage | None = None
+    megatron_core: PythonPackage | None = None
+    transformers: PythonPackage | None = None
+
+
+class Stack(Model):
+    name: Name
+    description: str
+    extends: Name | None = None
+    architectures: list[Arch] = Field(min_length=1)
+    driver: Driver
+    cuda: Cuda
+    nccl: Nccl
+    efa: Efa | None = None
+    aws_ofi_nccl: AwsOfiNccl | None = None
+    gdrcopy: Gdrcopy | None = None
+    frameworks: Frameworks | None = None
+    repositories: dict[Name, AptRepository] = Field(default_factory=dict)
+    artifacts: dict[Name, Artifact] = Field(default_factory=dict)
+    sources: list[str] = Field(min_length=1)
+    vars: Vars = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _artifact_refs(self) -> Stack:
+        refs = {
+            "efa.artifact": self.efa.artifact if self.efa else None,
+            "aws_ofi_nccl.artifact": self.aws_ofi_nccl.artifact if self.aws_ofi_nccl else None,
+            "gdrcopy.artifact": self.gdrcopy.artifact if self.gdrcopy else None,
+            "nccl.tests_artifact": self.nccl.tests_artifact,
+        }
+        for field, ref in refs.items():
+            if ref is not None and ref not in self.artifacts:
+                raise ValueError(f"{field} names artifact '{ref}', which is not under artifacts")
+        if (
+            self.aws_ofi_nccl
+            and self.aws_ofi_nccl.source == "source"
+            and not self.aws_ofi_nccl.artifact
+        ):
+            raise ValueError("aws_ofi_nccl.source 'source' needs aws_ofi_nccl.artifact")
+        return self
+
+
+# ---------------------------------------------------------------- images
+
+
+class Build(Model):
+    builder_instance_type: str
+    volume_size_gib: int = Field(ge=8, le=16384)
+    region: str
+
+
+class Image(Model):
+    name: Name
+    description: str
+    extends: Name | None = None
+    os: Name
+    arch: Arch
+    stack: Name
+    profiles: list[Name] = Field(min_length=1)
+    layers: list[Layer] = Field(min_length=1)
+    build: Build
+    vars: Vars = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _layers(self) -> Image:
+        if len(set(self.layers)) != len(self.layers):
+            raise ValueError("layers lists a layer twice")
+        if len(set(self.profiles)) != len(self.profiles):
+            raise ValueError("profiles lists a profile twice")
+        return self
+
+
+class Common(Model):
+    """Catalog-wide defaults: the first layer of the resolved vars."""
+
+    vars: Vars = Field(default_factory=dict)

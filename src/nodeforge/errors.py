@@ -1,0 +1,28 @@
+"""Errors that reach the user as one paragraph and exit code 2."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class InputError(Exception):
+    """Unreadable or invalid input: names the file, the field, the line and the fix."""
+
+    message: str
+    file: Path | None = None
+    field: str | None = None
+    line: int | None = None
+    fix: str | None = None
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file is not None:
+            where = str(self.file)
+            if self.line is not None:
+                where += f":{self.line}"
+            where += ": "
+        field = f"field '{self.field}': " if self.field else ""
+        fix = f" Fix: {self.fix}" if self.fix else ""
+        return f"{where}{field}{self.message}.{fix}".replace("..", ".")

@@ -1,0 +1,164 @@
+"""Resolved vars: one typed JSON document for a target, from layered catalog entries.
+
+Layering, lowest first (the last layer that sets a variable wins):
+    1. common   images/common.yml `vars`
+    2. os       images/os/<os>.yml `vars`
+    3. stack    images/stacks/<stack>.yml `vars` (after its `extends` chain)
+    4. profile  images/profiles/<profile>.yml `vars`
+    5. image    images/<image>.yml `vars` (after its `extends` chain)
+    6. user     the --vars FILE given to render
+Role variables land at the top level; the catalog facts they derive from sit under the
+reserved key `nodeforge`, which no layer may set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, ValidationError
+
+from nodeforge.catalog.loader import Catalog, input_error_from
+from nodeforge.catalog.models import LAYERS, Model, Stack, Url, Vars
+from nodeforge.catalog.yamlfile import read_yaml
+from nodeforge.errors import InputError
+from nodeforge.target import Target
+
+SCHEMA_VERSION = 1
+RESERVED_VARS = frozenset({"nodeforge"})
+Mode = Literal["image", "node"]
+_DEB_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
+
+
+class UserOverrides(Model):
+    """The --vars file: the last layer. JSON or YAML."""
+
+    mirror: Url | None = None
+    vars: Vars = Field(default_factory=dict)
+
+
+def load_overrides(path: Path) -> UserOverrides:
+    doc = read_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise InputError(
+            "expected a mapping with 'vars' and/or 'mirror'", file=path, line=doc.line_of(())
+        )
+    try:
+        return UserOverrides.model_validate(doc.data)
+    except ValidationError as exc:
+        raise input_error_from(exc, path, doc.line_of) from None
+
+
+def _layers(
+    catalog: Catalog, target: Target, overrides: UserOverrides, overrides_path: Path | None
+) -> Iterable[tuple[str, Path, dict[str, Any]]]:
+    yield "common", catalog.root / "common.yml", catalog.common.vars
+    yield f"os:{target.os.name}", catalog.file_of("os", target.os.name), target.os.vars
+    yield (
+        f"stack:{target.stack.name}",
+        catalog.file_of("stacks", target.stack.name),
+        target.stack.vars,
+    )
+    yield (
+        f"profile:{target.profile.name}",
+        catalog.file_of("profiles", target.profile.name),
+        target.profile.vars,
+    )
+    yield (
+        f"image:{target.image.name}",
+        catalog.file_of("images", target.image.name),
+        target.image.vars,
+    )
+    if overrides_path is not None:
+        yield "user", overrides_path, overrides.vars
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root.parent))
+    except ValueError:
+        return str(path)
+
+
+def resolve_url(url: str, target: Target, mirror: str | None) -> str | None:
+    """Fill the URL's placeholders for the target and point it at the mirror when one is set.
+
+    None when the URL needs an NVIDIA repository the OS does not have.
+    """
+    os_arch = target.os_arch
+    nvidia_repo = os_arch.nvidia_repo if os_arch is not None else None
+    if "{nvidia_repo}" in url and nvidia_repo is None:
+        return None
+    resolved = url.format(
+        nvidia_repo=nvidia_repo or "",
+        arch=target.image.arch,
+        deb_arch=_DEB_ARCH[target.image.arch],
+    )
+    if mirror is None:
+        return resolved
+    parts = urlsplit(resolved)
+    return f"{mirror.rstrip('/')}/{parts.netloc}{parts.path}"
+
+
+def _stack_document(stack: Stack, target: Target, mirror: str | None) -> dict[str, Any]:
+    data = stack.model_dump(mode="json", exclude={"vars", "sources", "extends"})
+    for group in ("repositories", "artifacts"):
+        for entry in data[group].values():
+            for key in ("url", "key_url", "signature_url"):
+                if entry.get(key) is not None:
+                    entry[key] = resolve_url(entry[key], target, mirror)
+    data["repositories"] = {k: v for k, v in data["repositories"].items() if v["url"] is not None}
+    return data
+
+
+def render(
+    catalog: Catalog,
+    target: Target,
+    *,
+    mode: Mode = "image",
+    overrides: UserOverrides | None = None,
+    overrides_path: Path | None = None,
+) -> dict[str, Any]:
+    overrides = overrides or UserOverrides()
+    merged: dict[str, Any] = {}
+    layering: list[str] = []
+    for layer, path, layer_vars in _layers(catalog, target, overrides, overrides_path):
+        reserved = RESERVED_VARS & layer_vars.keys()
+        if reserved:
+            raise InputError(
+                f"'{sorted(reserved)[0]}' is reserved for the catalog facts",
+                file=path,
+                field=f"vars.{sorted(reserved)[0]}",
+                fix="rename the variable",
+            )
+        merged.update(layer_vars)
+        layering.append(f"{layer} ({_relative(path, catalog.root)})")
+
+    os_doc = target.os.model_dump(mode="json", exclude={"vars", "sources", "architectures"})
+    os_arch = target.os_arch
+    os_doc["arch"] = os_arch.model_dump(mode="json") if os_arch is not None else None
+    merged["nodeforge"] = {
+        "schema": SCHEMA_VERSION,
+        "mode": mode,
+        "image": target.image.name,
+        "arch": target.image.arch,
+        "layers": {layer: layer in target.image.layers for layer in LAYERS},
+        "build": target.image.build.model_dump(mode="json"),
+        "os": os_doc,
+        "stack": _stack_document(target.stack, target, overrides.mirror),
+        "profile": target.profile.model_dump(mode="json", exclude={"vars", "sources"}),
+        "driver_flavour": target.driver_flavour(),
+        "fabric_packages": target.fabric_packages(),
+        "aws_ofi_nccl_version": str(v) if (v := target.ofi_nccl_version()) else None,
+        "mirror": overrides.mirror,
+        "layering": layering,
+    }
+    return merged
+
+
+def to_json(document: dict[str, Any]) -> str:
+    """Deterministic JSON: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"

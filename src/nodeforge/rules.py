@@ -1,0 +1,360 @@
+"""Compatibility rules. Each has an id and returns problems whose message names the fix.
+
+A rule reads one Target (image x profile) and the compatibility data in compat.yml; the rule
+holds the logic, the data holds the facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from nodeforge.target import Target
+from nodeforge.versions import Version
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    message: str
+    fix: str
+    severity: Severity = "error"
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    summary: str
+    check: Callable[[Target], Iterator[Problem]]
+    layer: str | None = None
+    """The rule applies only to images that enable this layer."""
+
+    def applies(self, target: Target) -> bool:
+        return self.layer is None or target.layer(self.layer)
+
+
+def _driver_floor(t: Target) -> Iterator[Problem]:
+    need, have = t.profile.driver.min_branch, t.stack.driver.branch
+    if have < need:
+        yield Problem(
+            f"driver branch {have} is older than {t.profile.name}'s floor {need} "
+            f"({t.profile.gpu.model} is not supported before R{need})",
+            f"use a stack with driver branch {need} or newer",
+        )
+
+
+def _open_modules(t: Target) -> Iterator[Problem]:
+    need = t.profile.driver.open_modules
+    flavour = t.driver_flavour()
+    if need == "required" and flavour != "open":
+        yield Problem(
+            f"{t.profile.gpu.model} needs the open kernel modules but the stack installs "
+            f"the proprietary driver",
+            "set the stack's driver.flavour to open (or profile)",
+        )
+    if need == "unsupported" and flavour == "open":
+        yield Problem(
+            f"{t.profile.gpu.model} does not support the open kernel modules",
+            "set the stack's driver.flavour to proprietary (or profile)",
+        )
+
+
+def _cuda_driver(t: Target) -> Iterator[Problem]:
+    branch = t.stack.driver.branch
+    max_cuda = t.compat.driver_max_cuda(branch)
+    if max_cuda is None:
+        yield Problem(
+            f"driver branch {branch} is not in compat.yml driver_cuda",
+            "add the branch and its CUDA version to compat.yml driver_cuda",
+        )
+        return
+    for text in t.stack.cuda.toolkits:
+        toolkit = Version(text)
+        if toolkit.major_minor() > max_cuda:
+            yield Problem(
+                f"CUDA toolkit {toolkit} is newer than driver branch {branch} runs "
+                f"(at most CUDA {max_cuda})",
+                f"use CUDA {max_cuda} or older, or a driver branch that runs CUDA "
+                f"{toolkit.major_minor()}",
+            )
+
+
+def _cuda_sm(t: Target) -> Iterator[Problem]:
+    sm = t.profile.sm
+    min_cuda = t.compat.sm_min_cuda_for(sm)
+    for text in t.stack.cuda.toolkits:
+        toolkit = Version(text)
+        if min_cuda is None:
+            yield Problem(
+                f"compute capability {sm} of {t.profile.gpu.model} is not in compat.yml "
+                "sm_min_cuda",
+                "add it to compat.yml sm_min_cuda with the first CUDA that compiles for it",
+            )
+            return
+        if toolkit < min_cuda:
+            yield Problem(
+                f"CUDA {toolkit} cannot compile for sm_{sm.major}{sm.minor} "
+                f"({t.profile.gpu.model}); it needs CUDA {min_cuda}",
+                f"use CUDA {min_cuda} or newer in the stack",
+            )
+        family = t.compat.cuda_family(toolkit)
+        if family is not None and sm < Version(family.min_sm):
+            yield Problem(
+                f"CUDA {toolkit.major} no longer compiles for sm_{sm.major}{sm.minor} "
+                f"(oldest is sm_{family.min_sm.replace('.', '')})",
+                f"use a CUDA {toolkit.major - 1}.x toolkit for {t.profile.gpu.model}",
+            )
+
+
+def _torch_driver(t: Target) -> Iterator[Problem]:
+    frameworks = t.stack.frameworks
+    if frameworks is None or frameworks.pytorch.variant == "cpu":
+        return
+    variant = t.compat.torch_variant(frameworks.pytorch.variant)
+    if variant is None:
+        yield Problem(
+            f"PyTorch variant {frameworks.pytorch.variant} is not in compat.yml torch_variants",
+            "use a listed variant (cu126, cu128, cu129, cu130) or add it to compat.yml",
+        )
+        return
+    name, cuda = variant.name, Version(variant.cuda)
+    branch = t.stack.driver.branch
+    max_cuda = t.compat.driver_max_cuda(branch)
+    if max_cuda is None or cuda.major_minor() <= max_cuda:
+        return
+    family = t.compat.cuda_family(cuda)
+    if family is not None and cuda.major == max_cuda.major and branch >= family.min_driver_branch:
+        yield Problem(
+            f"PyTorch {name} (CUDA {cuda}) runs on driver {branch} (CUDA {max_cuda}) only "
+            "through minor-version compatibility, without PTX JIT",
+            f"use a driver branch that runs CUDA {cuda} natively",
+            severity="warning",
+        )
+        return
+    floor = (
+        f" (CUDA {cuda.major}.x needs driver {family.min_driver_branch} or newer)" if family else ""
+    )
+    yield Problem(
+        f"PyTorch {name} wheels need CUDA {cuda}, which driver branch {branch} does not "
+        f"support{floor}",
+        f"use a torch variant for CUDA <= {max_cuda}, or a newer driver branch",
+    )
+
+
+def _torch_sm(t: Target) -> Iterator[Problem]:
+    frameworks = t.stack.frameworks
+    if frameworks is None:
+        return
+    sm = t.profile.sm
+    if frameworks.pytorch.variant == "cpu":
+        yield Problem(
+            f"PyTorch is the CPU build: the {t.profile.gpu.count} {t.profile.gpu.model} GPUs "
+            "go unused by it",
+            "use a CUDA variant of torch for GPU work",
+            severity="warning",
+        )
+        return
+    variant = t.compat.torch_variant(frameworks.pytorch.variant)
+    if variant is None:
+        return  # reported by torch-driver
+    built = [Version(v) for v in variant.sm.get(t.image.arch, [])]
+    if not any(b.major == sm.major and b.minor <= sm.minor for b in built):
+        yield Problem(
+            f"PyTorch {variant.name} wheels for {t.image.arch} carry no code for "
+            f"sm_{sm.major}{sm.minor} ({t.profile.gpu.model}); built for "
+            f"{', '.join(str(b) for b in built) or 'nothing'}",
+            "use a variant that covers it (Blackwell needs cu128 or newer; torch >= 2.12 "
+            "ships cu130)",
+        )
+
+
+def _nccl_ofi(t: Target) -> Iterator[Problem]:
+    plugin = t.ofi_nccl_version()
+    if plugin is None:
+        return
+    declared = t.stack.aws_ofi_nccl
+    if declared is not None and Version(declared.version) != plugin:
+        yield Problem(
+            f"EFA installer {t.stack.efa.installer_version if t.stack.efa else '?'} bundles "
+            f"aws-ofi-nccl {plugin}, but the stack says {declared.version}",
+            f"set aws_ofi_nccl.version to {plugin}, or build {declared.version} from source",
+        )
+    nccl = Version(t.stack.nccl.version)
+    floors = [f for f in t.compat.ofi_nccl_floor if Version(f.plugin) <= plugin]
+    if floors:
+        floor = max(floors, key=lambda f: Version(f.plugin))
+        if nccl < Version(floor.min_nccl):
+            yield Problem(
+                f"NCCL {nccl} is older than aws-ofi-nccl {plugin} supports "
+                f"(NCCL {floor.min_nccl} or newer)",
+                f"use NCCL {floor.min_nccl} or newer",
+            )
+    for ceiling in t.compat.ofi_nccl_ceiling:
+        if nccl >= Version(ceiling.nccl) and plugin < Version(ceiling.min_plugin):
+            yield Problem(
+                f"NCCL {nccl} expects aws-ofi-nccl {ceiling.min_plugin} or newer; "
+                f"{plugin} falls back to an older plugin interface",
+                f"use aws-ofi-nccl {ceiling.min_plugin} or newer (EFA installer 1.50+ bundles it)",
+                severity=ceiling.severity,
+            )
+
+
+def _efa_os(t: Target) -> Iterator[Problem]:
+    if t.stack.efa is None:
+        return
+    installer = Version(t.stack.efa.installer_version)
+    rows = [r for r in t.compat.efa_os if r.os == t.os.name]
+    if not rows:
+        yield Problem(
+            f"the EFA installer does not support {t.os.name}",
+            "build on al2023, ubuntu22.04, ubuntu24.04 or debian12, or drop the efa layer",
+        )
+        return
+    row = rows[0]
+    if installer < Version(row.first) or (row.last is not None and installer > Version(row.last)):
+        span = f"{row.first} to {row.last}" if row.last else f"{row.first} and newer"
+        yield Problem(
+            f"EFA installer {installer} does not support {t.os.name} (supported by {span})",
+            f"use an EFA installer in {span}, or another OS",
+        )
+
+
+def _arch(t: Target) -> Iterator[Problem]:
+    arch = t.image.arch
+    if t.profile.arch != arch:
+        yield Problem(
+            f"{t.profile.name} is {t.profile.arch} but the image is built for {arch}",
+            f"set the image's arch to {t.profile.arch}, or target a {arch} profile",
+        )
+    if arch not in t.os.architectures:
+        yield Problem(
+            f"{t.os.name} has no {arch} entry",
+            f"use an OS with {arch}, or add {arch} to the OS entry",
+        )
+    if arch not in t.stack.architectures:
+        yield Problem(
+            f"stack {t.stack.name} is not built for {arch}",
+            f"add {arch} to the stack's architectures once its artifacts exist for it",
+        )
+
+
+def _nvidia_repo(t: Target) -> Iterator[Problem]:
+    uses_repo = any(
+        t.layer(layer) and source == "nvidia-repo"
+        for layer, source in (
+            ("nvidia_driver", t.stack.driver.source),
+            ("cuda_toolkit", t.stack.cuda.source),
+            ("nccl", t.stack.nccl.source),
+        )
+    )
+    os_arch = t.os_arch
+    if uses_repo and os_arch is not None and os_arch.nvidia_repo is None:
+        yield Problem(
+            f"NVIDIA publishes no CUDA repository for {t.os.name} {t.image.arch}",
+            "use an OS that has one (ubuntu22.04, ubuntu24.04, al2023), or distro packages",
+        )
+
+
+def _fabric_naming(t: Target) -> Iterator[Problem]:
+    driver = t.stack.driver
+    if not (t.profile.interconnect.fabric_manager or t.profile.interconnect.imex):
+        return
+    names = t.fabric_packages()
+    if names is None:
+        yield Problem(
+            f"compat.yml fabric_naming has no {t.os.package_family} entry for driver branch "
+            f"{driver.branch}",
+            "add the package names for that branch to compat.yml fabric_naming",
+        )
+        return
+    for field, declared in (
+        ("fabric_manager", driver.fabric_manager_package),
+        ("imex", driver.imex_package),
+    ):
+        if declared is not None and declared != names[field]:
+            yield Problem(
+                f"driver.{field}_package is '{declared}', but on {t.os.package_family} the "
+                f"branch {driver.branch} package is '{names[field]}' (renamed at 580)",
+                f"set driver.{field}_package to {names[field]}, or remove it",
+            )
+
+
+def _fabric_layer(t: Target) -> Iterator[Problem]:
+    needs = [
+        name
+        for name, needed in (
+            ("fabric manager", t.profile.interconnect.fabric_manager),
+            ("NVLSM", t.profile.interconnect.nvlsm),
+            ("IMEX", t.profile.interconnect.imex),
+        )
+        if needed
+    ]
+    if needs and not t.layer("nvidia_fabric"):
+        yield Problem(
+            f"{t.profile.name} needs {' and '.join(needs)} but the image does not enable "
+            "the nvidia_fabric layer",
+            "add nvidia_fabric to the image's layers",
+        )
+
+
+def _known_bad(t: Target) -> Iterator[Problem]:
+    for bad in t.compat.known_bad:
+        when = bad.when
+        if (
+            (when.driver_branches is None or t.stack.driver.branch in when.driver_branches)
+            and (when.gpu_models is None or t.profile.gpu.model in when.gpu_models)
+            and (when.os is None or t.os.name in when.os)
+            and (when.layer is None or t.layer(when.layer))
+        ):
+            yield Problem(f"{bad.message} [{bad.id}; {bad.source}]", bad.fix)
+
+
+def _artifacts(t: Target) -> Iterator[Problem]:
+    for name, artifact in sorted(t.stack.artifacts.items()):
+        if not artifact.verified:
+            yield Problem(
+                f"artifact '{name}' of stack {t.stack.name} has no sha256 and no GPG "
+                "fingerprint: it would be installed unverified",
+                "add its sha256 (or signature fingerprint) to the stack, or pass "
+                "--allow-unverified",
+            )
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("driver-floor", "driver branch >= the profile's floor", _driver_floor, "nvidia_driver"),
+    Rule(
+        "open-modules",
+        "open kernel modules where the GPU requires them",
+        _open_modules,
+        "nvidia_driver",
+    ),
+    Rule(
+        "cuda-driver",
+        "every CUDA toolkit <= the CUDA the driver runs",
+        _cuda_driver,
+        "cuda_toolkit",
+    ),
+    Rule("cuda-sm", "the CUDA toolkit compiles for the profile's SM", _cuda_sm, "cuda_toolkit"),
+    Rule(
+        "torch-driver",
+        "the PyTorch wheel's CUDA is supported by the driver",
+        _torch_driver,
+        "python_ml",
+    ),
+    Rule("torch-sm", "the PyTorch wheel carries code for the profile's SM", _torch_sm, "python_ml"),
+    Rule("nccl-ofi", "NCCL within what aws-ofi-nccl supports", _nccl_ofi, "aws_ofi_nccl"),
+    Rule("efa-os", "the EFA installer supports the OS", _efa_os, "efa"),
+    Rule("arch", "OS, stack and profile share one CPU architecture", _arch),
+    Rule("nvidia-repo", "NVIDIA publishes a repository for the OS and arch", _nvidia_repo),
+    Rule(
+        "fabric-naming",
+        "fabric manager / IMEX package names match the branch",
+        _fabric_naming,
+        "nvidia_fabric",
+    ),
+    Rule("fabric-layer", "NVSwitch / IMEX profiles get the nvidia_fabric layer", _fabric_layer),
+    Rule("known-bad", "no combination listed in compat.yml known_bad", _known_bad),
+    Rule("artifact-unverified", "every artifact has a sha256 or a GPG fingerprint", _artifacts),
+)

@@ -1,0 +1,111 @@
+"""A build target (one image for one profile) and the facts derived from its catalog entries.
+
+Rules and render both read these derivations, so a check and the vars it vouches for cannot
+disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from nodeforge.catalog.compat import Compat
+from nodeforge.catalog.loader import Catalog
+from nodeforge.catalog.models import Image, OsArch, OsEntry, Profile, Stack
+from nodeforge.errors import InputError
+from nodeforge.versions import Version
+
+
+@dataclass(frozen=True)
+class Target:
+    image: Image
+    os: OsEntry
+    stack: Stack
+    profile: Profile
+    compat: Compat
+
+    @property
+    def os_arch(self) -> OsArch | None:
+        return self.os.architectures.get(self.image.arch)
+
+    def layer(self, name: str) -> bool:
+        return name in self.image.layers
+
+    def driver_flavour(self) -> Literal["open", "proprietary"]:
+        flavour = self.stack.driver.flavour
+        if flavour != "profile":
+            return flavour
+        return "proprietary" if self.profile.driver.open_modules == "unsupported" else "open"
+
+    def fabric_packages(self) -> dict[str, str] | None:
+        """Fabric manager and IMEX package names for this OS family and driver branch."""
+        driver = self.stack.driver
+        naming = self.compat.fabric_names(self.os.package_family, driver.branch)
+        if naming is None:
+            return None
+        fields = {"branch": str(driver.branch), "version": driver.version}
+        return {
+            "fabric_manager": naming.fabric_manager.format(**fields),
+            "imex": naming.imex.format(**fields),
+        }
+
+    def ofi_nccl_version(self) -> Version | None:
+        """The aws-ofi-nccl the node gets: the installer's bundled one, or the source build's."""
+        plugin = self.stack.aws_ofi_nccl
+        if plugin is None:
+            return None
+        if plugin.source == "efa-installer" and self.stack.efa is not None:
+            bundle = self.compat.efa_bundle(Version(self.stack.efa.installer_version))
+            if bundle is not None:
+                return Version(bundle.aws_ofi_nccl)
+        return Version(plugin.version)
+
+
+def targets(catalog: Catalog, images: list[str] | None = None) -> list[Target]:
+    """Every (image, profile) pair of the named images, or of all images."""
+    names = images if images else sorted(catalog.images)
+    for name in names:
+        if name not in catalog.images:
+            raise InputError(
+                f"unknown image '{name}'",
+                file=catalog.root,
+                fix=f"use one of: {', '.join(sorted(catalog.images))} (nodeforge list)",
+            )
+    return [
+        target_for(catalog, name, profile)
+        for name in names
+        for profile in catalog.images[name].profiles
+    ]
+
+
+def target_for(catalog: Catalog, image_name: str, profile_name: str | None) -> Target:
+    if image_name not in catalog.images:
+        raise InputError(
+            f"unknown image '{image_name}'",
+            file=catalog.root,
+            fix=f"use one of: {', '.join(sorted(catalog.images))} (nodeforge list)",
+        )
+    image = catalog.images[image_name]
+    if profile_name is None:
+        if len(image.profiles) != 1:
+            raise InputError(
+                f"image '{image_name}' targets several profiles",
+                file=catalog.file_of("images", image_name),
+                field="profiles",
+                fix=f"pass --profile with one of: {', '.join(image.profiles)}",
+            )
+        profile_name = image.profiles[0]
+    if profile_name not in image.profiles:
+        raise InputError(
+            f"profile '{profile_name}' is not a target of image '{image_name}'",
+            file=catalog.file_of("images", image_name),
+            field="profiles",
+            fix=f"pass --profile with one of: {', '.join(image.profiles)}, or add it to the image",
+        )
+    return Target(
+        image=image,
+        os=catalog.os[image.os],
+        stack=catalog.stacks[image.stack],
+        profile=catalog.profiles[profile_name],
+        compat=catalog.compat,
+    )
