@@ -25,4 +25,5 @@ class InputError(Exception):
             where += ": "
         field = f"field '{self.field}': " if self.field else ""
         fix = f" Fix: {self.fix}" if self.fix else ""
-        return f"{where}{field}{self.message}.{fix}".replace("..", ".")
+        text = f"{where}{field}{self.message}.{fix}".replace("..", ".")
+        return " ".join(text.split())  # one paragraph, whatever a parser put in its message

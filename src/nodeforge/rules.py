@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from nodeforge.catalog.compat import EfaOs
 from nodeforge.target import Target
 from nodeforge.versions import Version
 
@@ -205,19 +206,30 @@ def _efa_os(t: Target) -> Iterator[Problem]:
     if t.stack.efa is None:
         return
     installer = Version(t.stack.efa.installer_version)
-    rows = [r for r in t.compat.efa_os if r.os == t.os.name]
+
+    def supports(row: EfaOs) -> bool:
+        return Version(row.first) <= installer and (
+            row.last is None or installer <= Version(row.last)
+        )
+
+    supported = sorted(f"{r.distribution} {r.version}" for r in t.compat.efa_os if supports(r))
+    rows = [
+        r
+        for r in t.compat.efa_os
+        if (r.distribution, r.version) == (t.os.distribution, t.os.version)
+    ]
     if not rows:
         yield Problem(
-            f"the EFA installer does not support {t.os.name}",
-            "build on al2023, ubuntu22.04, ubuntu24.04 or debian12, or drop the efa layer",
+            f"the EFA installer does not support {t.os.distribution} {t.os.version} ({t.os.name})",
+            f"build on one of {', '.join(supported)}, or drop the efa layer",
         )
         return
     row = rows[0]
-    if installer < Version(row.first) or (row.last is not None and installer > Version(row.last)):
+    if not supports(row):
         span = f"{row.first} to {row.last}" if row.last else f"{row.first} and newer"
         yield Problem(
             f"EFA installer {installer} does not support {t.os.name} (supported by {span})",
-            f"use an EFA installer in {span}, or another OS",
+            f"use an EFA installer in {span}, or one of {', '.join(supported)}",
         )
 
 

@@ -50,7 +50,8 @@ class OfiNcclCeiling(Model):
 
 
 class EfaOs(Model):
-    os: str
+    distribution: Literal["ubuntu", "debian", "amazon"]
+    version: str
     first: VersionStr
     last: VersionStr | None = None
 

@@ -166,7 +166,7 @@ def _load_extending(
         if parent is not None:
             if not isinstance(parent, str) or parent not in docs:
                 raise InputError(
-                    f"extends '{parent}', which is not a {kind[:-1]} in this catalog",
+                    f"extends '{parent}', but no {kind[:-1]} in this catalog has that name",
                     file=doc.path,
                     field="extends",
                     line=doc.line_of(("extends",)),

@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeforge.catalog.loader import Catalog, load_catalog
+from nodeforge.errors import InputError
+from nodeforge.render import load_overrides, render, to_json
+from nodeforge.target import target_for
+from tests.conftest import Edit
+
+
+def _render(catalog: Catalog, image: str, profile: str | None = None, **kw: Any) -> dict[str, Any]:
+    return render(catalog, target_for(catalog, image, profile), **kw)
+
+
+def test_deterministic(shipped: Catalog) -> None:
+    first = to_json(_render(shipped, "p5-ubuntu24.04", "p5en.48xlarge"))
+    second = to_json(_render(load_catalog(shipped.root), "p5-ubuntu24.04", "p5en.48xlarge"))
+    assert first == second
+    assert first.endswith("}\n")
+    assert json.loads(first)["nodeforge"]["profile"]["name"] == "p5en.48xlarge"
+
+
+def test_facts_and_derived_values(shipped: Catalog) -> None:
+    doc = _render(shipped, "p6-ubuntu24.04", "p6-b300.48xlarge")["nodeforge"]
+    assert doc["stack"]["driver"]["version"] == "580.95.05"
+    assert doc["driver_flavour"] == "open"
+    assert doc["fabric_packages"] == {
+        "fabric_manager": "nvidia-fabricmanager",
+        "imex": "nvidia-imex",
+    }
+    assert doc["aws_ofi_nccl_version"] == "1.22.0"
+    assert doc["layers"]["nvidia_fabric"] is True
+    assert doc["os"]["arch"]["nvidia_repo"] == "ubuntu2404/x86_64"
+    cards = doc["profile"]["network"]["network_cards"]
+    assert cards[0] == {"first": 0, "last": 0, "interface": "ena", "device_index": 0}
+    cuda = doc["stack"]["repositories"]["cuda"]
+    assert (
+        cuda["url"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
+    )
+
+
+def test_arm64_placeholders(shipped: Catalog) -> None:
+    doc = _render(shipped, "gb200-ubuntu24.04-arm64")["nodeforge"]
+    repos = doc["stack"]["repositories"]
+    assert repos["cuda"]["url"].endswith("/repos/ubuntu2404/sbsa/")
+    assert repos["nvidia_container_toolkit"]["url"].endswith("/stable/deb/arm64/")
+
+
+def test_layering_last_wins(edit: Edit, catalog_dir: Path, tmp_path: Path) -> None:
+    edit("common.yml", lambda d: d["vars"].update(probe="common", common_only=1))
+    edit("os/ubuntu24.04.yml", lambda d: d.update(vars={"probe": "os"}))
+    edit("stacks/hopper-2026.11.yml", lambda d: d.update(vars={"probe": "stack"}))
+    edit("profiles/p5.48xlarge.yml", lambda d: d.update(vars={"probe": "profile"}))
+    catalog = load_catalog(catalog_dir)
+    assert _render(catalog, "p5-ubuntu24.04", "p5.48xlarge")["probe"] == "profile"
+    assert _render(catalog, "p5-ubuntu24.04", "p5e.48xlarge")["probe"] == "stack"
+    edit("p5-ubuntu24.04.yml", lambda d: d.update(vars={"probe": "image"}))
+    catalog = load_catalog(catalog_dir)
+    doc = _render(catalog, "p5-ubuntu24.04", "p5.48xlarge")
+    assert doc["probe"] == "image"
+    assert doc["common_only"] == 1
+    overrides = tmp_path / "user.yml"
+    overrides.write_text("vars:\n  probe: user\n")
+    doc = _render(
+        catalog,
+        "p5-ubuntu24.04",
+        "p5.48xlarge",
+        overrides=load_overrides(overrides),
+        overrides_path=overrides,
+    )
+    assert doc["probe"] == "user"
+    assert [entry.split(" ")[0] for entry in doc["nodeforge"]["layering"]] == [
+        "common",
+        "os:ubuntu24.04",
+        "stack:hopper-2026.11",
+        "profile:p5.48xlarge",
+        "image:p5-ubuntu24.04",
+        "user",
+    ]
+
+
+def test_reserved_key(edit: Edit, catalog_dir: Path) -> None:
+    path = edit("p5-ubuntu24.04.yml", lambda d: d.update(vars={"nodeforge": {}}))
+    with pytest.raises(InputError, match="reserved") as info:
+        _render(load_catalog(catalog_dir), "p5-ubuntu24.04", "p5.48xlarge")
+    assert info.value.file == path
+
+
+def test_mirror_rewrites_every_download(shipped: Catalog, tmp_path: Path) -> None:
+    overrides = tmp_path / "mirror.json"
+    overrides.write_text(json.dumps({"mirror": "http://127.0.0.1:8080/"}))
+    doc = _render(
+        shipped,
+        "p5-ubuntu24.04",
+        "p5.48xlarge",
+        overrides=load_overrides(overrides),
+        overrides_path=overrides,
+    )["nodeforge"]
+    stack = doc["stack"]
+    assert doc["mirror"] == "http://127.0.0.1:8080/"
+    assert stack["artifacts"]["efa_installer"]["url"] == (
+        "http://127.0.0.1:8080/efa-installer.amazonaws.com/aws-efa-installer-1.51.0.tar.gz"
+    )
+    assert stack["artifacts"]["efa_installer"]["signature_url"].endswith(".tar.gz.sig")
+    urls = [
+        value
+        for group in ("repositories", "artifacts")
+        for entry in stack[group].values()
+        for key, value in entry.items()
+        if key.endswith("url") and value
+    ]
+    assert urls and all(u.startswith("http://127.0.0.1:8080/") for u in urls)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("mirror: ftp://x/\n", "http"),
+        ("vars:\n  Bad-Name: 1\n", "snake_case"),
+        ("surprise: 1\n", "unknown key"),
+        ("- 1\n", "expected a mapping"),
+    ],
+)
+def test_bad_overrides(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "user.yml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+        load_overrides(path)
+
+
+def test_profile_selection(shipped: Catalog) -> None:
+    assert target_for(shipped, "local-debian13", None).profile.name == "g6e.48xlarge"
+    with pytest.raises(InputError, match="several profiles"):
+        target_for(shipped, "p5-ubuntu24.04", None)
+    with pytest.raises(InputError, match="not a target") as info:
+        target_for(shipped, "p5-ubuntu24.04", "p6-b200.48xlarge")
+    assert info.value.fix is not None and "p5.48xlarge" in info.value.fix
+    with pytest.raises(InputError, match="unknown image"):
+        target_for(shipped, "p7-ubuntu", None)

@@ -1,0 +1,353 @@
+"""Each rule: a pass case on the shipped catalog and a fail case on a planted bad input."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import pytest
+from pydantic import BaseModel
+
+from nodeforge.catalog.compat import KnownBad, KnownBadWhen
+from nodeforge.catalog.loader import Catalog
+from nodeforge.catalog.models import Artifact
+from nodeforge.check import Finding, check_targets
+from nodeforge.rules import RULES
+from nodeforge.target import Target, target_for, targets
+
+HOPPER = ("p5-ubuntu24.04", "p5.48xlarge")
+B200 = ("p6-ubuntu24.04", "p6-b200.48xlarge")
+B300 = ("p6-ubuntu24.04", "p6-b300.48xlarge")
+GB200 = ("gb200-ubuntu24.04-arm64", "p6e-gb200.36xlarge")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _set(model: M, **changes: Any) -> M:
+    return model.model_copy(update=changes)
+
+
+def _findings(target: Target, rule: str, *, allow_unverified: bool = False) -> list[Finding]:
+    report = check_targets([target], allow_unverified=allow_unverified)
+    return [f for f in report.findings if f.rule == rule]
+
+
+def _errors(target: Target, rule: str) -> list[Finding]:
+    return [f for f in _findings(target, rule) if f.severity == "error"]
+
+
+def test_rule_ids_are_unique() -> None:
+    ids = [r.id for r in RULES]
+    assert len(ids) == len(set(ids))
+
+
+def test_shipped_catalog_passes_every_rule(shipped: Catalog) -> None:
+    report = check_targets(targets(shipped))
+    assert report.ok, report.errors
+    assert len(report.targets) == 7
+
+
+@pytest.mark.parametrize("pair", [HOPPER, B200, B300, GB200])
+def test_shipped_targets_have_no_findings(shipped: Catalog, pair: tuple[str, str]) -> None:
+    assert check_targets([target_for(shipped, *pair)]).findings == []
+
+
+def test_driver_floor(shipped: Catalog) -> None:
+    target = target_for(shipped, *B300)
+    old = replace(target, stack=_set(target.stack, driver=_set(target.stack.driver, branch=570)))
+    [finding] = _errors(old, "driver-floor")
+    assert "floor 580" in finding.message
+    assert "branch 580 or newer" in finding.fix
+
+
+def test_open_modules(shipped: Catalog) -> None:
+    target = target_for(shipped, *B200)
+    closed = replace(
+        target, stack=_set(target.stack, driver=_set(target.stack.driver, flavour="proprietary"))
+    )
+    [finding] = _errors(closed, "open-modules")
+    assert "open kernel modules" in finding.message
+    assert "flavour to open" in finding.fix
+
+
+def test_open_modules_profile_flavour_follows_the_gpu(shipped: Catalog) -> None:
+    target = target_for(shipped, *HOPPER)
+    assert target.stack.driver.flavour == "profile"
+    assert target.driver_flavour() == "open"
+    no_open = replace(
+        target,
+        profile=_set(
+            target.profile, driver=_set(target.profile.driver, open_modules="unsupported")
+        ),
+    )
+    assert no_open.driver_flavour() == "proprietary"
+    assert _errors(no_open, "open-modules") == []
+
+
+def test_cuda_driver(shipped: Catalog) -> None:
+    target = target_for(shipped, *B200)
+    old_driver = replace(
+        target,
+        stack=_set(target.stack, driver=_set(target.stack.driver, branch=575, version="575.57.08")),
+    )
+    [finding] = _errors(old_driver, "cuda-driver")
+    assert "CUDA toolkit 13.0.2 is newer than driver branch 575 runs (at most CUDA 12.9)" in (
+        finding.message
+    )
+
+
+def test_cuda_sm(shipped: Catalog) -> None:
+    target = target_for(shipped, *B300)
+    old_cuda = replace(
+        target,
+        stack=_set(
+            target.stack, cuda=_set(target.stack.cuda, toolkits=["12.8.1"], default="12.8.1")
+        ),
+    )
+    [finding] = _errors(old_cuda, "cuda-sm")
+    assert "sm_103" in finding.message and "needs CUDA 12.9" in finding.message
+    assert "12.9 or newer" in finding.fix
+
+
+def test_cuda_sm_dropped_architecture(shipped: Catalog) -> None:
+    target = target_for(shipped, *B200)
+    volta = replace(
+        target,
+        profile=_set(target.profile, gpu=_set(target.profile.gpu, compute_capability="7.0")),
+        compat=shipped.compat.model_copy(
+            update={
+                "sm_min_cuda": [
+                    *shipped.compat.sm_min_cuda,
+                    shipped.compat.sm_min_cuda[0].model_copy(
+                        update={"sm": "7.0", "min_cuda": "9.0"}
+                    ),
+                ]
+            }
+        ),
+    )
+    [finding] = _errors(volta, "cuda-sm")
+    assert "CUDA 13 no longer compiles for sm_70" in finding.message
+
+
+def test_torch_driver(shipped: Catalog) -> None:
+    target = target_for(shipped, *B200)
+    assert target.stack.frameworks is not None
+    old_driver = replace(
+        target,
+        stack=_set(
+            target.stack,
+            driver=_set(target.stack.driver, branch=570, version="570.211.01"),
+            cuda=_set(target.stack.cuda, toolkits=["12.8.1"], default="12.8.1"),
+        ),
+    )
+    [finding] = _errors(old_driver, "torch-driver")
+    assert "cu130" in finding.message and "driver branch 570" in finding.message
+    assert "needs driver 580" in finding.message
+
+
+def test_torch_driver_minor_version_compatibility_warns(shipped: Catalog) -> None:
+    target = target_for(shipped, *HOPPER)
+    assert target.stack.frameworks is not None
+    cu128_on_560 = replace(
+        target,
+        stack=_set(
+            target.stack,
+            driver=_set(target.stack.driver, branch=560, version="560.35.05"),
+            cuda=_set(target.stack.cuda, toolkits=["12.6.3"], default="12.6.3"),
+            frameworks=_set(
+                target.stack.frameworks,
+                pytorch=_set(target.stack.frameworks.pytorch, variant="cu128"),
+            ),
+        ),
+    )
+    [finding] = _findings(cu128_on_560, "torch-driver")
+    assert finding.severity == "warning"
+    assert "minor-version compatibility" in finding.message
+
+
+def test_torch_sm_cu126_has_no_blackwell(shipped: Catalog) -> None:
+    target = target_for(shipped, *B200)
+    assert target.stack.frameworks is not None
+    cu126 = replace(
+        target,
+        stack=_set(
+            target.stack,
+            frameworks=_set(
+                target.stack.frameworks,
+                pytorch=_set(target.stack.frameworks.pytorch, variant="cu126"),
+            ),
+        ),
+    )
+    [finding] = _errors(cu126, "torch-sm")
+    assert "cu126" in finding.message and "sm_100" in finding.message
+    assert "cu130" in finding.fix
+
+
+def test_torch_sm_binary_compatibility_covers_b300(shipped: Catalog) -> None:
+    # cu130 carries sm_100 cubins, which run on sm_103 (same major, higher minor)
+    assert _errors(target_for(shipped, *B300), "torch-sm") == []
+
+
+def test_nccl_ofi_bundled_version_mismatch(shipped: Catalog) -> None:
+    target = target_for(shipped, *HOPPER)
+    assert target.stack.aws_ofi_nccl is not None
+    wrong = replace(
+        target,
+        stack=_set(target.stack, aws_ofi_nccl=_set(target.stack.aws_ofi_nccl, version="1.21.1")),
+    )
+    [finding] = _errors(wrong, "nccl-ofi")
+    assert "bundles aws-ofi-nccl 1.22.0" in finding.message
+
+
+def test_nccl_ofi_floor(shipped: Catalog) -> None:
+    target = target_for(shipped, *HOPPER)
+    old_nccl = replace(
+        target, stack=_set(target.stack, nccl=_set(target.stack.nccl, version="2.16.5-1"))
+    )
+    [finding] = _errors(old_nccl, "nccl-ofi")
+    assert "NCCL 2.17.1 or newer" in finding.message
+
+
+def test_nccl_ofi_new_nccl_needs_new_plugin(shipped: Catalog) -> None:
+    target = target_for(shipped, *HOPPER)
+    assert target.stack.efa is not None and target.stack.aws_ofi_nccl is not None
+    old_plugin = replace(
+        target,
+        stack=_set(
+            target.stack,
+            nccl=_set(target.stack.nccl, version="2.30.4-1"),
+            efa=_set(target.stack.efa, installer_version="1.43.2"),
+            aws_ofi_nccl=_set(target.stack.aws_ofi_nccl, version="1.16.3"),
+        ),
+    )
+    [finding] = _findings(old_plugin, "nccl-ofi")
+    assert finding.severity == "warning"
+    assert "1.20.0 or newer" in finding.message
+
+
+def test_efa_os(shipped: Catalog) -> None:
+    target = target_for(shipped, *HOPPER)
+    assert target.stack.efa is not None
+    old_installer = replace(
+        target, stack=_set(target.stack, efa=_set(target.stack.efa, installer_version="1.31.0"))
+    )
+    [finding] = _errors(old_installer, "efa-os")
+    assert "does not support ubuntu24.04" in finding.message
+    focal = replace(target, os=_set(target.os, name="focal", version="20.04"))
+    [finding] = _errors(focal, "efa-os")
+    assert "1.9.0 to 1.42.0" in finding.message
+
+
+def test_efa_os_unlisted(shipped: Catalog) -> None:
+    target = target_for(shipped, *HOPPER)
+    [finding] = _errors(replace(target, os=_set(target.os, version="26.04")), "efa-os")
+    assert "does not support ubuntu 26.04" in finding.message
+    assert "ubuntu 24.04" in finding.fix
+
+
+def test_arch(shipped: Catalog) -> None:
+    target = target_for(shipped, *GB200)
+    x86 = replace(target, image=_set(target.image, arch="x86_64"))
+    [finding] = _errors(x86, "arch")
+    assert "p6e-gb200.36xlarge is arm64" in finding.message
+    hopper = target_for(shipped, *HOPPER)
+    on_arm = replace(
+        target,
+        stack=_set(target.stack, architectures=["x86_64"]),
+        profile=hopper.profile.model_copy(update={"arch": "arm64"}),
+    )
+    assert any("not built for arm64" in f.message for f in _errors(on_arm, "arch"))
+
+
+def test_nvidia_repo(shipped: Catalog) -> None:
+    target = target_for(shipped, *GB200)
+    debian_arm = replace(target, os=shipped.os["debian12"])
+    [finding] = _errors(debian_arm, "nvidia-repo")
+    assert "debian12 arm64" in finding.message
+
+
+def test_fabric_naming(shipped: Catalog) -> None:
+    target = target_for(shipped, *HOPPER)
+    stale = replace(
+        target,
+        stack=_set(
+            target.stack,
+            driver=_set(target.stack.driver, fabric_manager_package="nvidia-fabric-manager-580"),
+        ),
+    )
+    [finding] = _errors(stale, "fabric-naming")
+    assert "renamed at 580" in finding.message
+    assert "nvidia-fabricmanager" in finding.fix
+
+
+def test_fabric_names_by_branch_and_family(shipped: Catalog) -> None:
+    target = target_for(shipped, *HOPPER)
+    assert target.fabric_packages() == {
+        "fabric_manager": "nvidia-fabricmanager",
+        "imex": "nvidia-imex",
+    }
+    on_570 = replace(
+        target,
+        os=shipped.os["al2023"],
+        stack=_set(
+            target.stack, driver=_set(target.stack.driver, branch=570, version="570.211.01")
+        ),
+    )
+    assert on_570.fabric_packages() == {
+        "fabric_manager": "nvidia-fabric-manager-570.211.01",
+        "imex": "nvidia-imex-570-570.211.01",
+    }
+
+
+def test_fabric_layer(shipped: Catalog) -> None:
+    target = target_for(shipped, *B200)
+    without = replace(
+        target,
+        image=_set(target.image, layers=[x for x in target.image.layers if x != "nvidia_fabric"]),
+    )
+    [finding] = _errors(without, "fabric-layer")
+    assert "fabric manager and NVLSM" in finding.message
+
+
+def test_known_bad_driver_595_efa_gb200(shipped: Catalog) -> None:
+    target = target_for(shipped, *GB200)
+    on_595 = replace(
+        target,
+        stack=_set(target.stack, driver=_set(target.stack.driver, branch=595, version="595.71.05")),
+    )
+    [finding] = _errors(on_595, "known-bad")
+    assert "driver-595-efa-gb200" in finding.message
+    assert "580" in finding.fix
+    no_efa = replace(
+        on_595, image=_set(on_595.image, layers=[x for x in on_595.image.layers if x != "efa"])
+    )
+    assert _errors(no_efa, "known-bad") == []
+
+
+def test_known_bad_needs_a_condition() -> None:
+    with pytest.raises(ValueError, match="at least one condition"):
+        KnownBad(id="x", when=KnownBadWhen(), message="m", fix="f", source="s")
+
+
+def test_artifact_unverified(shipped: Catalog) -> None:
+    target = target_for(shipped, *HOPPER)
+    bare = Artifact(url="https://example.com/x.tar.gz", sha256="unknown", source="nowhere")
+    unverified = replace(
+        target, stack=_set(target.stack, artifacts={**target.stack.artifacts, "extra": bare})
+    )
+    [finding] = _errors(unverified, "artifact-unverified")
+    assert "'extra'" in finding.message
+    assert "--allow-unverified" in finding.fix
+    [allowed] = _findings(unverified, "artifact-unverified", allow_unverified=True)
+    assert allowed.severity == "warning"
+
+
+def test_layer_gating(shipped: Catalog) -> None:
+    target = target_for(shipped, *B300)
+    no_driver = replace(
+        target,
+        image=_set(target.image, layers=["base", "image_cleanup"]),
+        stack=_set(target.stack, driver=_set(target.stack.driver, branch=550, version="550.1")),
+    )
+    assert _errors(no_driver, "driver-floor") == []
