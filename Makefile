@@ -23,10 +23,11 @@ quickstart: $(STAMP)
 test: lint unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks tools
-	$(BIN)/ruff format --check src tests benchmarks tools
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/yamllint --strict .
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
 
 unit: $(STAMP)
 	$(BIN)/pytest

@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 
-@dataclass(frozen=True)
 class InputError(Exception):
-    """Unreadable or invalid input: names the file, the field, the line and the fix."""
+    """Unreadable or invalid input: names the file, the field, the line and the fix.
 
-    message: str
-    file: Path | None = None
-    field: str | None = None
-    line: int | None = None
-    fix: str | None = None
+    A plain exception class rather than a frozen dataclass: Python sets `__traceback__` on an
+    exception as it travels (through contextlib's context managers among others), which a
+    frozen dataclass refuses.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: Path | None = None,
+        field: str | None = None,
+        line: int | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.field = field
+        self.line = line
+        self.fix = fix
 
     def __str__(self) -> str:
         where = ""

@@ -8,7 +8,9 @@ Layering, lowest first (the last layer that sets a variable wins):
     5. image    images/<image>.yml `vars` (after its `extends` chain)
     6. user     the --vars FILE given to render
 Role variables land at the top level; the catalog facts they derive from sit under the
-reserved key `nodeforge`, which no layer may set.
+reserved key `nodeforge` (with a copy of the layered variables in `nodeforge.vars`, so the
+node's manifest holds everything it was built from), and `nodeforge_mode` says image or node.
+No layer may set either.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from nodeforge.errors import InputError
 from nodeforge.target import Target
 
 SCHEMA_VERSION = 1
-RESERVED_VARS = frozenset({"nodeforge"})
+RESERVED_VARS = frozenset({"nodeforge", "nodeforge_mode"})
 Mode = Literal["image", "node"]
 _DEB_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 
@@ -136,13 +138,13 @@ def render(
             )
         merged.update(layer_vars)
         layering.append(f"{layer} ({_relative(path, catalog.root)})")
+    layered = dict(merged)
 
     os_doc = target.os.model_dump(mode="json", exclude={"vars", "sources", "architectures"})
     os_arch = target.os_arch
     os_doc["arch"] = os_arch.model_dump(mode="json") if os_arch is not None else None
     merged["nodeforge"] = {
         "schema": SCHEMA_VERSION,
-        "mode": mode,
         "image": target.image.name,
         "arch": target.image.arch,
         "layers": {layer: layer in target.image.layers for layer in LAYERS},
@@ -155,7 +157,9 @@ def render(
         "aws_ofi_nccl_version": str(v) if (v := target.ofi_nccl_version()) else None,
         "mirror": overrides.mirror,
         "layering": layering,
+        "vars": layered,
     }
+    merged["nodeforge_mode"] = mode
     return merged
 
 

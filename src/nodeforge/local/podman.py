@@ -1,0 +1,115 @@
+"""Thin podman helpers: find the binary, run it, check images, boot a systemd container."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Sequence
+from types import TracebackType
+
+from nodeforge.errors import InputError
+
+# `systemctl is-system-running` says "degraded" when some unit failed; in a container that is
+# usually a unit that needs real hardware, so it counts as booted.
+_BOOTED = frozenset({"running", "degraded"})
+
+
+class PodmanError(RuntimeError):
+    """A podman command failed; the message carries the command and its output."""
+
+
+def podman_path() -> str:
+    """The podman executable, or an InputError that says how to install it."""
+    path = shutil.which("podman")
+    if path is None:
+        raise InputError(
+            "podman is not installed or not on PATH",
+            fix="run tools/setup-podman.sh as root (Debian 12), or install podman and runc",
+        )
+    return path
+
+
+def run(
+    args: Sequence[str], *, check: bool = True, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `podman ARGS`, capturing text output; raise PodmanError on failure when check is set."""
+    argv = [podman_path(), *args]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
+    if check and result.returncode != 0:
+        raise PodmanError(
+            f"{' '.join(argv)} exited {result.returncode}: "
+            f"{(result.stderr or result.stdout).strip()}"
+        )
+    return result
+
+
+def image_exists(ref: str) -> bool:
+    """Whether a local image carries this reference (exit 0 yes, 1 no, anything else an error)."""
+    result = run(["image", "exists", ref], check=False)
+    if result.returncode not in (0, 1):
+        raise PodmanError(f"podman image exists {ref} failed: {result.stderr.strip()}")
+    return result.returncode == 0
+
+
+class SystemdContainer:
+    """A container with systemd as PID 1, booted on entry and removed on exit, whatever happens.
+
+    Host networking because these machines have no bridge to the outside and the harness only
+    talks to loopback services; --systemd=always makes podman mount the tmpfs and cgroup
+    layout systemd expects, whatever the command is called.
+    """
+
+    def __init__(self, image: str, *, name: str | None = None, boot_timeout: float = 120.0):
+        self.image = image
+        self.name = name or f"nodeforge-{uuid.uuid4().hex[:12]}"
+        self.boot_timeout = boot_timeout
+
+    def __enter__(self) -> SystemdContainer:
+        try:
+            run(
+                [
+                    "run", "-d", "--name", self.name, "--systemd=always", "--network", "host",
+                    self.image, "/sbin/init",
+                ]
+            )  # fmt: skip
+            self._wait_booted()
+        except BaseException:
+            # KeyboardInterrupt included: a half-started container must not outlive us.
+            self._remove()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._remove()
+
+    def exec(self, args: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run a command inside the container."""
+        return run(["exec", self.name, *args], check=check)
+
+    def _wait_booted(self) -> None:
+        deadline = time.monotonic() + self.boot_timeout
+        state = "unknown"
+        while time.monotonic() < deadline:
+            # Non-zero exit is normal while booting ("starting"), so only the text counts.
+            state = self.exec(["systemctl", "is-system-running"], check=False).stdout.strip()
+            if state in _BOOTED:
+                return
+            time.sleep(0.5)
+        logs = run(["logs", "--tail", "20", self.name], check=False)
+        raise PodmanError(
+            f"systemd in {self.name} ({self.image}) did not finish booting within "
+            f"{self.boot_timeout:.0f}s (last state '{state}'); last log lines:\n"
+            f"{(logs.stdout + logs.stderr).strip()}"
+        )
+
+    def _remove(self) -> None:
+        # `rm -f` stops and removes in one call and is a no-op when `run` never created it;
+        # -t 5 bounds the wait because systemd ignores the default SIGTERM as PID 1.
+        run(["rm", "-f", "-t", "5", self.name], check=False)

@@ -1,0 +1,66 @@
+"""Probes of a node through a testinfra host, shared by Molecule verifiers and validation/.
+
+Each probe asks the node itself (dpkg, systemctl, the fact script), never a file nodeforge
+wrote about what it installed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+
+class CommandResult(Protocol):
+    rc: int
+    stdout: str
+    stderr: str
+
+
+class Host(Protocol):
+    """The part of testinfra's Host the probes use."""
+
+    def run(self, command: str, *args: str) -> CommandResult: ...
+
+
+def package_status(host: Host, package: str) -> str | None:
+    """dpkg's status word for the package ('installed', 'config-files', ...), None if unknown."""
+    result = host.run("dpkg-query --show --showformat='${db:Status-Status}' %s", package)
+    if result.rc != 0:
+        return None
+    return result.stdout.strip() or None
+
+
+def package_version(host: Host, package: str) -> str | None:
+    result = host.run("dpkg-query --show --showformat='${Version}' %s", package)
+    if result.rc != 0:
+        return None
+    return result.stdout.strip() or None
+
+
+def held_packages(host: Host) -> set[str]:
+    result = host.run("dpkg --get-selections")
+    return {
+        fields[0]
+        for fields in (line.split() for line in result.stdout.splitlines())
+        if len(fields) == 2 and fields[1] == "hold"
+    }
+
+
+def unit_state(host: Host, unit: str) -> str:
+    """systemctl is-enabled's answer: enabled, disabled, masked, static, not-found..."""
+    result = host.run("systemctl is-enabled %s", unit)
+    return result.stdout.strip() or "not-found"
+
+
+def local_fact(host: Host, name: str) -> dict[str, Any]:
+    """Run an executable Ansible local fact the way fact gathering does and parse its JSON."""
+    result = host.run("/etc/ansible/facts.d/%s.fact", name)
+    if result.rc != 0:
+        raise AssertionError(f"fact {name} exited {result.rc}: {result.stderr.strip()}")
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def file_text(host: Host, path: str) -> str | None:
+    result = host.run("cat %s", path)
+    return result.stdout if result.rc == 0 else None

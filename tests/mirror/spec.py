@@ -1,0 +1,242 @@
+"""What a mirror holds, and the default: NVIDIA CUDA repo stubs, EFA and GitHub tarballs.
+
+Versions follow the shipped hopper-2026.11 stack, so a stack overlay covers every download.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tests.mirror.aptrepo import RepoSpec
+from tests.mirror.debs import DebSpec
+from tests.mirror.gpg import STUB_UID
+from tests.mirror.tarballs import TarballSpec
+
+DRIVER = "580.95.05"
+DRIVER_BRANCH = DRIVER.split(".", 1)[0]
+CUDA = "12.9.1"
+NCCL = "2.27.7-1"
+EFA_INSTALLER = "1.51.0"
+GDRCOPY = "2.5.1"
+NCCL_TESTS = "2.17.6"
+CONTAINER_TOOLKIT = "1.18.0-1"
+CUDA_REPO_HOST = "developer.download.nvidia.com/compute/cuda/repos"
+CUDA_REPO_KEY = "3bf863cc.pub"
+EFA_LOG_ENV = "NODEFORGE_EFA_STUB_LOG"
+
+
+@dataclass(frozen=True)
+class MirrorSpec:
+    repositories: tuple[RepoSpec, ...] = ()
+    tarballs: tuple[TarballSpec, ...] = ()
+    key_uid: str = STUB_UID
+
+
+def nvidia_smi(version: str = DRIVER) -> str:
+    """`nvidia-smi --version` and the driver_version query answer; anything else fails as a
+    GPU-less host does (exit 9), since build mode never needs a GPU."""
+    cuda = "13.0" if int(version.partition(".")[0]) >= 580 else "12.x"
+    return f"""#!/bin/sh
+# nodeforge test stub of nvidia-smi {version}: touches no GPU.
+case "$*" in
+  *--version*)
+    echo "NVIDIA-SMI version  : {version}"
+    echo "DRIVER version      : {version}"
+    echo "CUDA Version        : {cuda}"
+    exit 0 ;;
+  *--query-gpu=driver_version*)
+    echo "{version}"
+    exit 0 ;;
+esac
+echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." >&2
+exit 9
+"""
+
+
+def _nvml_files(version: str) -> tuple[dict[str, str | bytes], dict[str, str]]:
+    lib = "/usr/lib/x86_64-linux-gnu"
+    files: dict[str, str | bytes] = {
+        f"{lib}/libnvidia-ml.so.{version}": b"nodeforge test stub: not an ELF library\n"
+    }
+    return files, {f"{lib}/libnvidia-ml.so.1": f"libnvidia-ml.so.{version}"}
+
+
+def _cuda_common(deb_suffix: str) -> tuple[DebSpec, ...]:
+    short = ".".join(CUDA.split(".")[:2])
+    dashed = short.replace(".", "-")
+    nvcc = f"""#!/bin/sh
+# nodeforge test stub of nvcc {CUDA}
+echo "nvcc: NVIDIA (R) Cuda compiler driver"
+echo "Cuda compilation tools, release {short}, V{CUDA}"
+"""
+    nccl = f"{NCCL}+cuda{short}"
+    lib = "/usr/lib/x86_64-linux-gnu"
+    return (
+        DebSpec(
+            name=f"cuda-toolkit-{dashed}",
+            version=f"{CUDA}-1",
+            summary=f"CUDA Toolkit {short} meta-package",
+            files={f"/usr/local/cuda-{short}/bin/nvcc": nvcc},
+        ),
+        DebSpec(
+            name="libnccl2",
+            version=nccl,
+            summary="NVIDIA Collective Communication Library (NCCL) Runtime",
+            section="libs",
+            files={f"{lib}/libnccl.so.{NCCL.partition('-')[0]}": b"nodeforge test stub\n"},
+            links={f"{lib}/libnccl.so.2": f"libnccl.so.{NCCL.partition('-')[0]}"},
+        ),
+        DebSpec(
+            name="nvidia-fabricmanager",
+            version=f"{DRIVER}-1{deb_suffix}",
+            summary="Fabric Manager for NVSwitch based systems",
+            files={"/usr/bin/nv-fabricmanager": f"#!/bin/sh\necho 'Fabric Manager: {DRIVER}'\n"},
+        ),
+    )
+
+
+def ubuntu2404_packages() -> tuple[DebSpec, ...]:
+    version = f"{DRIVER}-0ubuntu1"
+    files, links = _nvml_files(DRIVER)
+    compute = f"libnvidia-compute-{DRIVER_BRANCH}"
+    utils = f"nvidia-utils-{DRIVER_BRANCH}"
+    return (
+        DebSpec(
+            name=compute,
+            version=version,
+            summary="NVIDIA libcompute package",
+            section="libs",
+            files=files,
+            links=links,
+        ),
+        DebSpec(
+            name=utils,
+            version=version,
+            summary="NVIDIA driver support binaries",
+            depends=(f"{compute} (= {version})",),
+            files={"/usr/bin/nvidia-smi": nvidia_smi()},
+        ),
+        DebSpec(
+            name=f"nvidia-driver-{DRIVER_BRANCH}-open",
+            version=version,
+            summary="NVIDIA driver (open kernel) metapackage",
+            depends=(f"{utils} (= {version})", f"{compute} (= {version})"),
+        ),
+        *_cuda_common(""),
+    )
+
+
+def debian13_packages() -> tuple[DebSpec, ...]:
+    version = f"{DRIVER}-1"
+    files, links = _nvml_files(DRIVER)
+    return (
+        DebSpec(
+            name=f"nvidia-driver-pinning-{DRIVER_BRANCH}",
+            version=version,
+            architecture="all",
+            summary=f"Pins the NVIDIA driver to branch {DRIVER_BRANCH}",
+        ),
+        DebSpec(
+            name="libnvidia-ml1",
+            version=version,
+            summary="NVIDIA Management Library (NVML)",
+            section="libs",
+            files=files,
+            links=links,
+        ),
+        DebSpec(
+            name="nvidia-driver-cuda",
+            version=version,
+            summary="NVIDIA driver CUDA integration",
+            depends=(f"libnvidia-ml1 (= {version})",),
+            files={"/usr/bin/nvidia-smi": nvidia_smi()},
+        ),
+        DebSpec(
+            name="nvidia-open",
+            version=version,
+            summary="NVIDIA open driver metapackage",
+            depends=(
+                f"nvidia-driver-cuda (= {version})",
+                f"nvidia-driver-pinning-{DRIVER_BRANCH} (= {version})",
+            ),
+        ),
+        *_cuda_common(""),
+    )
+
+
+def cuda_repo(distro_arch: str, packages: tuple[DebSpec, ...]) -> RepoSpec:
+    path = f"{CUDA_REPO_HOST}/{distro_arch}"
+    return RepoSpec(
+        path=path,
+        packages=packages,
+        origin="NVIDIA",
+        label="NVIDIA CUDA",
+        key_files=(f"{path}/{CUDA_REPO_KEY}",),
+    )
+
+
+def container_toolkit_repo() -> RepoSpec:
+    ctk = f"""#!/bin/sh
+echo "NVIDIA Container Toolkit CLI version {CONTAINER_TOOLKIT.partition("-")[0]}"
+"""
+    return RepoSpec(
+        path="nvidia.github.io/libnvidia-container/stable/deb/amd64",
+        packages=(
+            DebSpec(
+                name="nvidia-container-toolkit",
+                version=CONTAINER_TOOLKIT,
+                summary="NVIDIA Container toolkit",
+                files={"/usr/bin/nvidia-ctk": ctk},
+            ),
+        ),
+        origin="https://nvidia.github.io/libnvidia-container/stable",
+        label="libnvidia-container",
+        key_files=("nvidia.github.io/libnvidia-container/gpgkey",),
+    )
+
+
+def efa_installer_tarball(version: str = EFA_INSTALLER) -> TarballSpec:
+    script = f"""#!/bin/sh
+# nodeforge test stub of the AWS EFA installer {version}: records its arguments, installs nothing.
+log="${{{EFA_LOG_ENV}:-/var/log/nodeforge-efa-installer-stub.log}}"
+mkdir -p "$(dirname "$log")"
+printf '%s\\n' "$*" >> "$log"
+echo "nodeforge test stub: EFA installer {version} called with: $*"
+exit 0
+"""
+    return TarballSpec(
+        path=f"efa-installer.amazonaws.com/aws-efa-installer-{version}.tar.gz",
+        files={
+            "aws-efa-installer/efa_installer.sh": script,
+            "aws-efa-installer/README.stub": "nodeforge test stub of the AWS EFA installer\n",
+        },
+        signed=True,
+    )
+
+
+def github_archive(repo: str, version: str) -> TarballSpec:
+    """GitHub's `archive/v<ver>.tar.gz`: one top folder `<name>-<ver>`."""
+    top = f"{repo.split('/')[1]}-{version}"
+    makefile = "all:\n\t@echo nodeforge test stub: nothing to build\ninstall:\n\t@true\n"
+    return TarballSpec(
+        path=f"github.com/{repo}/archive/v{version}.tar.gz",
+        files={
+            f"{top}/Makefile": makefile,
+            f"{top}/README.stub": f"nodeforge test stub of {repo}\n",
+        },
+    )
+
+
+def default_spec() -> MirrorSpec:
+    return MirrorSpec(
+        repositories=(
+            cuda_repo("debian13/x86_64", debian13_packages()),
+            cuda_repo("ubuntu2404/x86_64", ubuntu2404_packages()),
+            container_toolkit_repo(),
+        ),
+        tarballs=(
+            efa_installer_tarball(),
+            github_archive("NVIDIA/gdrcopy", GDRCOPY),
+            github_archive("NVIDIA/nccl-tests", NCCL_TESTS),
+        ),
+    )
