@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEFAULT_IMAGE := local-debian13
 
-.PHONY: quickstart test lint unit bench readme clean
+.PHONY: quickstart podman test lint unit bench readme clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,10 +14,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-## Set up, check the embedded default image and render its resolved vars.
-quickstart: $(STAMP)
+## Set up (venv, podman) and build the embedded default image into a local container image.
+quickstart: $(STAMP) podman
 	$(BIN)/nodeforge check $(DEFAULT_IMAGE)
-	$(BIN)/nodeforge render $(DEFAULT_IMAGE) -o build/$(DEFAULT_IMAGE).vars.json
+	$(BIN)/nodeforge build $(DEFAULT_IMAGE) --target local
+
+## podman, runc and debootstrap with the settings these machines need (root; idempotent).
+podman:
+	@command -v podman >/dev/null && command -v debootstrap >/dev/null \
+	  && test -f /etc/containers/containers.conf.d/50-nodeforge.conf \
+	  || tools/setup-podman.sh
 
 ## Set up and run the whole suite: linters, type checks, unit tests.
 test: lint unit

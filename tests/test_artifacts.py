@@ -54,6 +54,7 @@ def _by_signature(mirror: Mirror, fingerprint: str | None = None) -> Artifact:
         sha256="unknown",
         gpg_fingerprint=fingerprint or mirror.fingerprint,
         signature_url=f"https://{EFA}.sig",
+        key_url="https://efa-installer.amazonaws.com/aws-efa-installer.key",
         source="test",
     )
 

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
 from nodeforge import __version__
 from nodeforge.catalog.loader import Catalog, load_catalog
 from nodeforge.check import Report, check_targets
 from nodeforge.errors import InputError
+from nodeforge.local.build import BuildFailedError, build_local
 from nodeforge.matrix import HEADERS, support_rows
 from nodeforge.render import load_overrides, render, to_json
 from nodeforge.table import markdown_table, text_table
@@ -76,18 +80,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write to FILE")
     p.add_argument("--allow-unverified", action="store_true")
 
+    p = sub.add_parser("build", parents=[common], help="build an image")
+    p.add_argument("image")
+    p.add_argument("--target", choices=("local",), required=True, help="where to build")
+    p.add_argument("--profile", help="target profile (needed when the image has several)")
+    p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
+    p.add_argument(
+        "--reconverge",
+        action="store_true",
+        help="converge a second time and fail unless it changes nothing (idempotence)",
+    )
+    p.add_argument(
+        "--work-dir", type=Path, metavar="DIR", help="logs and reports (default: build/IMAGE)"
+    )
+    p.add_argument("--allow-unverified", action="store_true")
+
     p = sub.add_parser("matrix", parents=[common], help="print the support matrix")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     return parser
 
 
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # a CI runner's SIGTERM cleans up like Ctrl-C: containers removed, nothing half-tagged
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return _run(args, sys.stdout)
     except InputError as exc:
         print(f"nodeforge: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    except BuildFailedError as exc:
+        print(f"nodeforge: build failed: {exc}", file=sys.stderr)
+        return EXIT_VIOLATIONS
     except KeyboardInterrupt:
         print("nodeforge: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -110,6 +138,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_OK if report.ok else EXIT_VIOLATIONS
     if command == "render":
         return _render(catalog, args, out)
+    if command == "build":
+        return _build(catalog, args, out)
     return _matrix(catalog, args.markdown, args.json, out)
 
 
@@ -274,6 +304,57 @@ def _render(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         raise InputError(f"cannot write the output ({exc.strerror})", file=args.output) from None
     if not args.json:
         print(f"wrote {args.output} ({target.image.name} for {target.profile.name})", file=out)
+    return EXIT_OK
+
+
+def _build(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+    target = target_for(catalog, args.image, args.profile)
+    overrides = load_overrides(args.vars) if args.vars else None
+    report = check_targets([target], allow_unverified=args.allow_unverified)
+    if not report.ok:
+        _print_report(report, False, sys.stderr)
+        print("nodeforge: not built: fix the errors above first", file=sys.stderr)
+        return EXIT_VIOLATIONS
+    repo_root = Path(__file__).resolve().parents[2]
+    work_dir = args.work_dir or Path("build") / target.image.name
+    started = time.monotonic()
+
+    def progress(line: str) -> None:
+        print(f"{time.monotonic() - started:6.0f}s  {line}", file=sys.stderr, flush=True)
+
+    summary = build_local(
+        catalog,
+        target,
+        repo_root=repo_root,
+        work_dir=work_dir,
+        overrides=overrides,
+        overrides_path=args.vars,
+        progress=progress,
+        reconverge=args.reconverge,
+    )
+    if args.json:
+        out.write(to_json(summary.to_json()))
+        return EXIT_OK
+    v = summary.validation
+    lines = [
+        f"built    {summary.image_ref}",
+        f"target   {summary.image} for {summary.profile}",
+        f"time     {summary.seconds:.0f} s",
+        f"tasks    {summary.tasks} run, {summary.changed} changed",
+        f"checks   {v['passed']} passed, {v['skipped']} skipped, {v['failed']} failed",
+        *(
+            [
+                f"again    {summary.reconverge['seconds']:.0f} s, "
+                f"{summary.reconverge['changed']:.0f} changed"
+            ]
+            if summary.reconverge
+            else []
+        ),
+        f"log      {summary.log}",
+        "",
+        text_table(["component", "version"], [[k, val] for k, val in summary.bom.items()]),
+    ]
+    out.write("\n".join(lines) + "\n")
     return EXIT_OK
 
 

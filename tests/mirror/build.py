@@ -28,6 +28,8 @@ class Mirror:
     """The same key as a binary keyring, for apt's signed-by."""
     repositories: Mapping[str, BuiltRepo]
     tarballs: Mapping[str, BuiltTarball]
+    key_files: tuple[str, ...] = ()
+    """Where else the armored public key is published (artifacts' key_url)."""
     url: str | None = None
 
     @property
@@ -61,8 +63,10 @@ def build_mirror(root: Path, spec: MirrorSpec) -> Mirror:
         tarballs = {t.path: t for t in (build_tarball(root, s, key) for s in spec.tarballs)}
         key_path = key.export(root / KEY_DIR / "stub-key.asc", armor=True)
         keyring_path = key.export(root / KEY_DIR / "stub-key.gpg", armor=False)
+        for published in spec.key_files:
+            key.export(root / published.strip("/"), armor=True)
         fingerprint = key.fingerprint
-    return Mirror(root, fingerprint, key_path, keyring_path, repos, tarballs)
+    return Mirror(root, fingerprint, key_path, keyring_path, repos, tarballs, spec.key_files)
 
 
 @contextmanager

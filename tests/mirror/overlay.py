@@ -75,6 +75,7 @@ def stack_overrides(
     repo_paths = {f"{p}/" for p in mirror.repositories}
     key_paths = {k.strip("/") for r in mirror.repositories.values() for k in r.spec.key_files}
     signatures = {f"{p}.sig" for p, t in mirror.tarballs.items() if t.signature is not None}
+    published_keys = key_paths | {k.strip("/") for k in mirror.key_files}
     gaps: list[str] = []
     repositories: dict[str, Any] = {}
     for name, repo in stack_data.repositories.items():
@@ -100,6 +101,9 @@ def stack_overrides(
                 artifact.signature_url, signatures, fill
             ):
                 gaps.append(f"artifacts.{name}.signature_url: {artifact.signature_url}")
+                continue
+            if artifact.key_url is None or not _matches(artifact.key_url, published_keys, fill):
+                gaps.append(f"artifacts.{name}.key_url: {artifact.key_url}")
                 continue
             entry["gpg_fingerprint"] = mirror.fingerprint
         artifacts[name] = entry

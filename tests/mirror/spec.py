@@ -30,6 +30,8 @@ class MirrorSpec:
     repositories: tuple[RepoSpec, ...] = ()
     tarballs: tuple[TarballSpec, ...] = ()
     key_uid: str = STUB_UID
+    key_files: tuple[str, ...] = ()
+    """Mirror-root-relative places that publish the armored public key (an artifact's key_url)."""
 
 
 def nvidia_smi(version: str = DRIVER) -> str:
@@ -227,6 +229,9 @@ def github_archive(repo: str, version: str) -> TarballSpec:
     )
 
 
+EFA_KEY = "efa-installer.amazonaws.com/aws-efa-installer.key"
+
+
 def default_spec() -> MirrorSpec:
     return MirrorSpec(
         repositories=(
@@ -239,4 +244,5 @@ def default_spec() -> MirrorSpec:
             github_archive("NVIDIA/gdrcopy", GDRCOPY),
             github_archive("NVIDIA/nccl-tests", NCCL_TESTS),
         ),
+        key_files=(EFA_KEY,),
     )

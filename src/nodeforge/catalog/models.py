@@ -295,7 +295,17 @@ class Artifact(Model):
     sha256: Sha256
     gpg_fingerprint: Fingerprint | None = None
     signature_url: Url | None = None
+    key_url: Url | None = None
+    """Where the signer publishes its public key; trusted only through gpg_fingerprint."""
     source: str
+
+    @model_validator(mode="after")
+    def _signature_parts(self) -> Artifact:
+        if self.gpg_fingerprint is not None and (
+            self.signature_url is None or self.key_url is None
+        ):
+            raise ValueError("gpg_fingerprint needs signature_url and key_url to be checked")
+        return self
 
     @property
     def verified(self) -> bool:

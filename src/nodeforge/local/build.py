@@ -1,0 +1,321 @@
+"""`nodeforge build IMAGE --target local`: converge playbooks/image.yml into a systemd container.
+
+Render, verify downloads, boot a container from the debootstrapped base image, converge, run
+the build stage of the validation suite against the container, and only then commit it as a
+local image. Whatever happens (failure, Ctrl-C), the container is removed and no image is left
+half-tagged: the commit is an untagged image until the single `podman tag` at the very end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from nodeforge.artifacts import artifacts_for, check_mirror, fetch_and_verify
+from nodeforge.catalog.loader import Catalog
+from nodeforge.errors import InputError
+from nodeforge.local import podman
+from nodeforge.local.baseimage import ensure_base_image
+from nodeforge.local.playbook import PlaybookResult, Progress, run_playbook
+from nodeforge.render import UserOverrides, render, resolve_url, to_json
+from nodeforge.target import Target
+
+# The only base images these machines can build (debootstrap from Debian's archive).
+_SUITES = {("debian", "12"): "bookworm", ("debian", "13"): "trixie"}
+REPOSITORY = "localhost/nodeforge"
+
+
+class BuildFailedError(Exception):
+    """The build ran and failed (a task, or a validation check); exit code 1."""
+
+
+@dataclass(frozen=True)
+class BuildSummary:
+    image_ref: str
+    image: str
+    profile: str
+    seconds: float
+    tasks: int
+    changed: int
+    changed_tasks: list[str]
+    validation: dict[str, int]
+    bom: dict[str, str]
+    log: str
+    reconverge: dict[str, float] | None = None
+    """Seconds and changes of a second converge into the same container (--reconverge)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def image_ref_for(target: Target) -> str:
+    """localhost/nodeforge/<image>:<stack>: one tag per image and stack version."""
+    return f"{REPOSITORY}/{target.image.name}:{target.stack.name}"
+
+
+def base_suite(target: Target) -> str:
+    suite = _SUITES.get((target.os.distribution, target.os.version))
+    if suite is None:
+        raise InputError(
+            f"image {target.image.name} is built on {target.os.name}; local builds need a "
+            "Debian 12 or 13 base image (the only ones debootstrap can make here)",
+            fix="build it with --target aws, or pick an image on debian12 or debian13",
+        )
+    return suite
+
+
+def build_local(
+    catalog: Catalog,
+    target: Target,
+    *,
+    repo_root: Path,
+    work_dir: Path,
+    overrides: UserOverrides | None,
+    overrides_path: Path | None,
+    progress: Progress,
+    reconverge: bool = False,
+) -> BuildSummary:
+    started = time.monotonic()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    document = render(
+        catalog, target, mode="image", overrides=overrides, overrides_path=overrides_path
+    )
+    vars_path = work_dir / "vars.json"
+    vars_path.write_text(to_json(document), encoding="utf-8")
+    _preflight_downloads(target, document, work_dir / "artifacts", progress)
+
+    podman.podman_path()
+    base = ensure_base_image(base_suite(target), progress=progress)
+    name = f"nodeforge-build-{target.image.name}-{uuid.uuid4().hex[:8]}"
+    progress(f"booting {name} from {base}")
+    with podman.SystemdContainer(base, name=name) as container:
+        inventory = work_dir / "inventory.yml"
+        inventory.write_text(
+            json.dumps(
+                {
+                    "all": {
+                        "hosts": {
+                            container.name: {
+                                "ansible_connection": "containers.podman.podman",
+                                "ansible_python_interpreter": "/usr/bin/python3",
+                            }
+                        }
+                    }
+                }
+            ),
+            encoding="utf-8",
+        )
+        log = work_dir / "ansible.log"
+        progress(f"converging playbooks/image.yml (full log: {log})")
+        played = _converge(repo_root, inventory, vars_path, log, progress)
+        second = None
+        if reconverge:
+            progress("converging again: a second converge must change nothing")
+            again_started = time.monotonic()
+            again = _converge(repo_root, inventory, vars_path, work_dir / "ansible-2.log", progress)
+            second = {
+                "seconds": round(time.monotonic() - again_started, 1),
+                "changed": again.changed,
+            }
+            if again.changed:
+                raise BuildFailedError(
+                    f"not idempotent: the second converge changed {again.changed} task(s): "
+                    + ", ".join(again.changed_tasks)
+                )
+        validation = _validate(repo_root, container.name, vars_path, work_dir, progress)
+        bom = _bom(target, container)
+        ref = image_ref_for(target)
+        progress(f"committing {ref}")
+        committed = _commit(container.name, target)
+    _tag(committed, ref)
+    return BuildSummary(
+        image_ref=ref,
+        image=target.image.name,
+        profile=target.profile.name,
+        seconds=round(time.monotonic() - started, 1),
+        tasks=played.tasks,
+        changed=played.changed,
+        changed_tasks=played.changed_tasks,
+        validation=validation,
+        bom=bom,
+        log=str(log),
+        reconverge=second,
+    )
+
+
+def _converge(
+    repo_root: Path, inventory: Path, vars_path: Path, log: Path, progress: Progress
+) -> PlaybookResult:
+    played = run_playbook(
+        repo_root / "playbooks" / "image.yml",
+        inventory=inventory,
+        extra_vars=vars_path,
+        repo_root=repo_root,
+        log=log,
+        progress=progress,
+    )
+    if played.returncode != 0:
+        detail = "; ".join(played.failures) or f"ansible-playbook exited {played.returncode}"
+        raise BuildFailedError(f"converge failed: {detail} (log: {log})")
+    return played
+
+
+def _preflight_downloads(
+    target: Target, document: dict[str, Any], dest: Path, progress: Progress
+) -> None:
+    """A dead mirror or a tampered artifact stops the build before a container exists."""
+    mirror = document["nodeforge"]["mirror"]
+    if mirror is not None:
+        check_mirror(mirror)
+    for name, artifact in sorted(artifacts_for(target).items()):
+        url = resolve_url(artifact.url, target, mirror)
+        if url is None:
+            continue
+        signature = (
+            resolve_url(artifact.signature_url, target, mirror) if artifact.signature_url else None
+        )
+        keyring = None
+        if artifact.key_url is not None:
+            key_url = resolve_url(artifact.key_url, target, mirror)
+            if key_url is not None:
+                keyring = _fetch_key(name, key_url, dest)
+        progress(f"verifying artifact {name}")
+        fetch_and_verify(name, artifact, url, signature, dest, keyring=keyring, progress=progress)
+
+
+def _fetch_key(name: str, url: str, dest: Path) -> Path:
+    """The signer's public key; trusted only through the fingerprint the stack pins."""
+    import urllib.request  # noqa: PLC0415  (only builds with signed artifacts need it)
+
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / f"{name}.key"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            path.write_bytes(response.read())
+    except OSError as exc:
+        raise InputError(
+            f"artifact '{name}': cannot download its signing key {url} ({exc})",
+            fix="start the mirror or check the mirror: setting in --vars FILE",
+        ) from None
+    return path
+
+
+def _validate(
+    repo_root: Path, container: str, vars_path: Path, work_dir: Path, progress: Progress
+) -> dict[str, int]:
+    junit = work_dir / "validation.xml"
+    progress("validation (build stage)")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(repo_root / "validation"),
+            f"--hosts=podman://{container}",
+            f"--nodeforge-vars={vars_path}",
+            "--stage=build",
+            f"--junitxml={junit}",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--rootdir",
+            str(repo_root / "validation"),
+        ],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    (work_dir / "validation.log").write_text(result.stdout + result.stderr, encoding="utf-8")
+    counts = _junit_counts(junit)
+    if result.returncode != 0:
+        raise BuildFailedError(
+            f"validation failed ({counts['failed']} failed of {counts['tests']}); "
+            f"see {work_dir / 'validation.log'}: {result.stdout.strip().splitlines()[-1:]}"
+        )
+    progress(f"validation: {counts['passed']} passed, {counts['skipped']} skipped")
+    return counts
+
+
+def _junit_counts(junit: Path) -> dict[str, int]:
+    if not junit.exists():
+        return {"tests": 0, "passed": 0, "failed": 0, "skipped": 0}
+    suite = ET.parse(junit).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite") or suite
+    tests = int(suite.get("tests", 0))
+    failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+    skipped = int(suite.get("skipped", 0))
+    return {
+        "tests": tests,
+        "passed": tests - failed - skipped,
+        "failed": failed,
+        "skipped": skipped,
+    }
+
+
+def _bom(target: Target, container: podman.SystemdContainer) -> dict[str, str]:
+    """What the image carries: the stack's pins for the enabled layers, the kernel as installed."""
+    stack = target.stack
+    kernel = target.os_arch.kernel.image_package if target.os_arch else None
+    bom = {"os": target.os.name, "stack": stack.name}
+    if kernel and target.layer("base"):
+        probe = container.exec(
+            ["dpkg-query", "--show", "--showformat=${Version}", kernel], check=False
+        )
+        bom["kernel"] = f"{kernel} {probe.stdout.strip() or '(not installed)'}"
+    layers: dict[str, tuple[str, str]] = {
+        "nvidia_driver": ("driver", stack.driver.version),
+        "cuda_toolkit": ("cuda", ", ".join(stack.cuda.toolkits)),
+        "nccl": ("nccl", stack.nccl.version),
+    }
+    if stack.efa is not None:
+        layers["efa"] = ("efa installer", stack.efa.installer_version)
+    if stack.frameworks is not None:
+        layers["python_ml"] = ("pytorch", stack.frameworks.pytorch.version)
+    for layer, (component, version) in layers.items():
+        if target.layer(layer):
+            bom[component] = version
+    return bom
+
+
+def _commit(container: str, target: Target) -> str:
+    """The container as an untagged image; its id."""
+    result = podman.run(
+        [
+            "commit",
+            "--change",
+            'CMD ["/sbin/init"]',
+            "--change",
+            f"LABEL org.nodeforge.image={target.image.name}",
+            "--change",
+            f"LABEL org.nodeforge.stack={target.stack.name}",
+            container,
+        ]
+    )
+    return result.stdout.strip().splitlines()[-1]
+
+
+def _tag(committed: str, ref: str) -> None:
+    """Point `ref` at the new image in one step; drop the image it pointed at before, if unused.
+
+    Until the tag, the new image is only an id: an interrupted build removes it here.
+    """
+    previous = podman.run(["image", "inspect", "--format", "{{.Id}}", ref], check=False)
+    tagged = False
+    try:
+        podman.run(["tag", committed, ref])
+        tagged = True
+    finally:
+        if not tagged:
+            podman.run(["rmi", "--force", committed], check=False)
+    old = previous.stdout.strip()
+    if previous.returncode == 0 and old and not committed.startswith(old[:12]):
+        # fails harmlessly while another tag or a container still uses it
+        podman.run(["rmi", old], check=False)

@@ -1,0 +1,120 @@
+"""Run ansible-playbook with the JSON-lines callback and follow it task by task.
+
+The jsonl callback gives one event per line, so progress and the final counts are read from
+data rather than scraped from the human output format.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodeforge.errors import InputError
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class PlaybookResult:
+    returncode: int
+    tasks: int = 0
+    changed: int = 0
+    failures: list[str] = field(default_factory=list)
+    changed_tasks: list[str] = field(default_factory=list)
+
+
+def ansible_playbook() -> str:
+    """ansible-playbook beside this interpreter (the project's venv), else on PATH."""
+    beside = Path(sys.executable).with_name("ansible-playbook")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("ansible-playbook")
+    if found is None:
+        raise InputError(
+            "ansible-playbook is not installed", fix="run `make quickstart` to set up the venv"
+        )
+    return found
+
+
+def run_playbook(
+    playbook: Path,
+    *,
+    inventory: Path,
+    extra_vars: Path,
+    repo_root: Path,
+    log: Path,
+    progress: Progress,
+    extra_args: Sequence[str] = (),
+) -> PlaybookResult:
+    """Run the playbook; every raw line goes to `log`, one progress line per task to `progress`."""
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(repo_root / "ansible.cfg"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.jsonl",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_CACHE_PLUGIN": "memory",
+        # the venv's bin on PATH: ansible-config and friends are called by name
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    argv = [
+        ansible_playbook(),
+        str(playbook),
+        "--inventory",
+        str(inventory),
+        "--extra-vars",
+        f"@{extra_vars}",
+        *extra_args,
+    ]
+    result = PlaybookResult(returncode=0)
+    with (
+        log.open("w", encoding="utf-8") as sink,
+        subprocess.Popen(
+            argv,
+            cwd=repo_root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ) as process,
+    ):
+        assert process.stdout is not None
+        for line in process.stdout:
+            sink.write(line)
+            _follow(line, result, progress)
+        result.returncode = process.wait()
+    return result
+
+
+def _follow(line: str, result: PlaybookResult, progress: Progress) -> None:
+    try:
+        event: dict[str, Any] = json.loads(line)
+    except json.JSONDecodeError:
+        return  # warnings and deprecations are plain text; they stay in the log
+    if not isinstance(event, dict):
+        return
+    kind = event.get("_event", "")
+    name = event.get("task", {}).get("name", "")
+    if kind in ("v2_playbook_on_task_start", "v2_playbook_on_handler_task_start"):
+        result.tasks += 1
+        progress(f"[{result.tasks:3d}] {name}")
+    elif kind == "v2_runner_on_ok":
+        if any(h.get("changed") for h in event.get("hosts", {}).values()):
+            result.changed_tasks.append(name)
+            progress(f"      changed: {name}")
+    elif kind in ("v2_runner_on_failed", "v2_runner_on_unreachable"):
+        for host, outcome in event.get("hosts", {}).items():
+            if outcome.get("ignore_errors"):
+                continue
+            message = str(outcome.get("msg") or outcome.get("stderr") or "failed").strip()
+            result.failures.append(f"{name} on {host}: {message}")
+            progress(f"      FAILED: {name}: {message.splitlines()[0] if message else ''}")
+    elif kind == "v2_playbook_on_stats":
+        result.changed = sum(int(s.get("changed", 0)) for s in event.get("stats", {}).values())

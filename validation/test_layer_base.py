@@ -1,0 +1,70 @@
+"""Base layer: kernel, holds, nouveau, limits, time, the hardware fact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nodeforge.probes import file_text, held_packages, local_fact, package_status, unit_state
+
+pytestmark = pytest.mark.layer("base")
+
+
+def _kernel_packages(nodeforge: dict[str, Any]) -> list[str]:
+    kernel = nodeforge["os"]["arch"]["kernel"]
+    return [kernel["image_package"], *kernel["headers_packages"]]
+
+
+def test_kernel_installed_and_held(host: Any, nodeforge: dict[str, Any]) -> None:
+    packages = _kernel_packages(nodeforge)
+    for package in packages:
+        assert package_status(host, package) == "installed", package
+    assert set(packages) <= held_packages(host)
+
+
+def test_headers_for_every_image_kernel(host: Any) -> None:
+    releases = host.run("ls /lib/modules").stdout.split()
+    assert releases
+    for release in releases:
+        assert host.file(f"/usr/src/linux-headers-{release}").is_directory, release
+
+
+def test_nouveau_off(host: Any) -> None:
+    text = file_text(host, "/etc/modprobe.d/blacklist-nouveau.conf") or ""
+    assert "blacklist nouveau" in text.splitlines()
+
+
+def test_memlock_unlimited(host: Any) -> None:
+    manager = file_text(host, "/etc/systemd/system.conf.d/90-nodeforge.conf") or ""
+    assert "DefaultLimitMEMLOCK=infinity" in manager.splitlines()
+
+
+def test_apt_timers_masked(host: Any) -> None:
+    assert unit_state(host, "apt-daily.timer") == "masked"
+    assert unit_state(host, "apt-daily-upgrade.timer") == "masked"
+
+
+def test_chrony_enabled(host: Any) -> None:
+    assert unit_state(host, "chrony.service") == "enabled"
+
+
+def test_hardware_fact_runs(host: Any) -> None:
+    fact = local_fact(host, "nodeforge")
+    assert set(fact) == {"gpu_count", "gpu_device_ids", "nvswitch_count", "efa_count", "sysfs_root"}
+
+
+@pytest.mark.gpu
+def test_fact_sees_the_profile_gpus(host: Any, nodeforge: dict[str, Any]) -> None:
+    fact = local_fact(host, "nodeforge")
+    profile = nodeforge["profile"]
+    assert fact["gpu_count"] == profile["gpu"]["count"]
+    assert set(fact["gpu_device_ids"]) <= set(profile["gpu"]["pci_device_ids"])
+
+
+@pytest.mark.efa
+def test_fact_sees_the_profile_efa(host: Any, nodeforge: dict[str, Any]) -> None:
+    assert (
+        local_fact(host, "nodeforge")["efa_count"]
+        == nodeforge["profile"]["network"]["efa_interfaces"]
+    )
