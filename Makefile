@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEFAULT_IMAGE := local-debian13
 
-.PHONY: quickstart podman test lint unit bench readme clean
+.PHONY: quickstart podman test lint bench readme clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,10 @@ podman:
 	  && test -f /etc/containers/containers.conf.d/50-nodeforge.conf \
 	  || tools/setup-podman.sh
 
-## Set up and run the whole suite: linters, type checks, unit tests.
-test: lint unit
+## Set up and run the whole suite: linters, type checks, unit tests, then the integration
+## tests (every Molecule scenario, the local build and its failure modes), which need podman.
+test: lint podman
+	NODEFORGE_REQUIRE_PODMAN=1 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -35,11 +37,9 @@ lint: $(STAMP)
 	$(BIN)/yamllint --strict .
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
 
-unit: $(STAMP)
-	$(BIN)/pytest
-
-bench: $(STAMP)
+bench: $(STAMP) podman
 	$(BIN)/python benchmarks/bench_check.py
+	$(BIN)/python benchmarks/bench_local_build.py
 
 readme: $(STAMP)
 	$(BIN)/python tools/readme_matrix.py

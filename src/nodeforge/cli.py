@@ -21,9 +21,9 @@ from nodeforge.check import Report, check_targets
 from nodeforge.errors import InputError
 from nodeforge.local.build import BuildFailedError, build_local
 from nodeforge.matrix import HEADERS, support_rows
-from nodeforge.render import load_overrides, render, to_json
+from nodeforge.render import UserOverrides, load_overrides, render, to_json
 from nodeforge.table import markdown_table, text_table
-from nodeforge.target import target_for, targets
+from nodeforge.target import Target, target_for, targets
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 KINDS = ("images", "stacks", "profiles", "os")
@@ -281,14 +281,25 @@ def _print_report(report: Report, as_json: bool, out: TextIO) -> None:
     )
 
 
-def _render(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+def _checked_target(
+    catalog: Catalog, args: argparse.Namespace, refused: str
+) -> tuple[Target, UserOverrides | None] | None:
+    """The target and the user's overrides, or None (report printed) when the rules fail."""
     target = target_for(catalog, args.image, args.profile)
     overrides = load_overrides(args.vars) if args.vars else None
     report = check_targets([target], allow_unverified=args.allow_unverified)
-    if not report.ok:
-        _print_report(report, False, sys.stderr)
-        print("nodeforge: not rendered: fix the errors above first", file=sys.stderr)
+    if report.ok:
+        return target, overrides
+    _print_report(report, False, sys.stderr)
+    print(f"nodeforge: {refused}: fix the errors above first", file=sys.stderr)
+    return None
+
+
+def _render(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+    checked = _checked_target(catalog, args, "not rendered")
+    if checked is None:
         return EXIT_VIOLATIONS
+    target, overrides = checked
     text = to_json(
         render(catalog, target, mode=args.mode, overrides=overrides, overrides_path=args.vars)
     )
@@ -308,13 +319,10 @@ def _render(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _build(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
-    target = target_for(catalog, args.image, args.profile)
-    overrides = load_overrides(args.vars) if args.vars else None
-    report = check_targets([target], allow_unverified=args.allow_unverified)
-    if not report.ok:
-        _print_report(report, False, sys.stderr)
-        print("nodeforge: not built: fix the errors above first", file=sys.stderr)
+    checked = _checked_target(catalog, args, "not built")
+    if checked is None:
         return EXIT_VIOLATIONS
+    target, overrides = checked
     repo_root = Path(__file__).resolve().parents[2]
     work_dir = args.work_dir or Path("build") / target.image.name
     started = time.monotonic()

@@ -83,6 +83,7 @@ def build_local(
     reconverge: bool = False,
 ) -> BuildSummary:
     started = time.monotonic()
+    suite = base_suite(target)
     work_dir.mkdir(parents=True, exist_ok=True)
     document = render(
         catalog, target, mode="image", overrides=overrides, overrides_path=overrides_path
@@ -92,7 +93,7 @@ def build_local(
     _preflight_downloads(target, document, work_dir / "artifacts", progress)
 
     podman.podman_path()
-    base = ensure_base_image(base_suite(target), progress=progress)
+    base = ensure_base_image(suite, progress=progress)
     name = f"nodeforge-build-{target.image.name}-{uuid.uuid4().hex[:8]}"
     progress(f"booting {name} from {base}")
     with podman.SystemdContainer(base, name=name) as container:

@@ -1,0 +1,38 @@
+"""Every role's Molecule scenario: converge, idempotence (zero changes), testinfra verify."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
+
+
+def test_every_role_has_a_scenario() -> None:
+    roles = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
+    assert roles == SCENARIOS
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario(scenario: str, base_images: dict[str, str], tmp_path: Path) -> None:
+    venv_bin = str(Path(sys.executable).parent)
+    env = {**os.environ, **base_images, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        [f"{venv_bin}/molecule", "test", "--scenario-name", scenario],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    log = tmp_path / f"molecule-{scenario}.log"
+    log.write_text(result.stdout + result.stderr, encoding="utf-8")
+    tail = "\n".join((result.stdout + result.stderr).splitlines()[-60:])
+    assert result.returncode == 0, f"molecule test -s {scenario} failed; log {log}\n{tail}"
+    assert "idempotence" in result.stdout + result.stderr
