@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nodeforge import artifacts
-from nodeforge.artifacts import artifacts_for, check_mirror, fetch_and_verify
+from nodeforge.artifacts import artifacts_for, check_mirror, fetch_and_verify, fetch_key
 from nodeforge.catalog.loader import Catalog
 from nodeforge.catalog.models import Artifact, AwsOfiNccl
 from nodeforge.errors import InputError
@@ -321,3 +321,28 @@ def test_a_stacks_artifacts_resolve_onto_the_mirror_and_verify(
             name, stub, url, signature_url, tmp_path, keyring=mirror.key_path, retries=0
         )
         assert got.read_bytes() == mirror.tarballs[path].file.read_bytes()
+
+
+def test_the_fetched_signer_key_verifies_the_signed_tarball(served: Served, tmp_path: Path) -> None:
+    key = fetch_key(
+        "efa_installer",
+        served.mirror.url_of("efa-installer.amazonaws.com/aws-efa-installer.key"),
+        tmp_path,
+    )
+    assert key.read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
+    artifact = _by_signature(served.mirror)
+    got = fetch_and_verify(
+        "efa_installer",
+        artifact,
+        served.mirror.url_of(EFA),
+        served.mirror.url_of(f"{EFA}.sig"),
+        tmp_path / "downloads",
+        keyring=key,
+    )
+    assert got.name == "aws-efa-installer-1.51.0.tar.gz"
+
+
+def test_a_missing_signer_key_names_the_artifact(served: Served, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="artifact 'efa_installer': cannot download"):
+        fetch_key("efa_installer", served.mirror.url_of("nowhere/key.asc"), tmp_path, retries=0)
+    assert list(tmp_path.iterdir()) == []

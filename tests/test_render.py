@@ -142,3 +142,24 @@ def test_profile_selection(shipped: Catalog) -> None:
     assert info.value.fix is not None and "p5.48xlarge" in info.value.fix
     with pytest.raises(InputError, match="unknown image"):
         target_for(shipped, "p7-ubuntu", None)
+
+
+def test_mode_and_layered_vars_for_the_manifest(shipped: Catalog) -> None:
+    doc = _render(shipped, "local-debian13", mode="node")
+    assert doc["nodeforge_mode"] == "node"
+    layered = {k: v for k, v in doc.items() if k not in ("nodeforge", "nodeforge_mode")}
+    assert doc["nodeforge"]["vars"] == layered
+    assert layered["nodeforge_manifest_path"] == "/etc/nodeforge/manifest.json"
+    assert "nodeforge_mode" not in doc["nodeforge"]
+
+
+def test_user_vars_cannot_set_the_mode(shipped: Catalog, tmp_path: Path) -> None:
+    overrides = tmp_path / "user.yml"
+    overrides.write_text("vars:\n  nodeforge_mode: node\n")
+    with pytest.raises(InputError, match="reserved"):
+        _render(
+            shipped,
+            "local-debian13",
+            overrides=load_overrides(overrides),
+            overrides_path=overrides,
+        )

@@ -71,6 +71,23 @@ def artifacts_for(target: Target) -> dict[str, Artifact]:
 # ------------------------------------------------------------------ mirror
 
 
+def fetch_key(
+    name: str, url: str, dest_dir: Path, *, retries: int = 3, timeout: float = 30
+) -> Path:
+    """The public key of an artifact's signer, as `dest_dir/<name>.key`.
+
+    Downloaded as it is: it is trusted only through the fingerprint the stack pins, which the
+    signature check compares against.
+    """
+    _require_http(url, f"artifact '{name}' key")
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / f"{name}.key"
+    with _Part(dest) as part:
+        _download(name, url, part, retries=retries, timeout=timeout, progress=None)
+        _install(part, dest)
+    return dest
+
+
 def check_mirror(url: str, timeout: float = 5) -> None:
     """Raise InputError unless something answers at `url`; any HTTP status counts as up."""
     _require_http(url, f"mirror {url}")
@@ -233,11 +250,7 @@ def _reusable(dest: Path, artifact: Artifact, pin: _SignaturePin | None) -> bool
 
 class _Part:
     """A temporary file beside `dest` (same file system, so the final rename is atomic),
-    removed on exit unless it was installed.
-
-    A class, not @contextmanager: contextlib sets `__traceback__` on an exception passing
-    through a generator, which InputError, a frozen dataclass, refuses.
-    """
+    removed on exit unless it was installed."""
 
     def __init__(self, dest: Path) -> None:
         fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")

@@ -62,7 +62,8 @@ def _image_id(ref: str) -> str | None:
 
 @pytest.fixture
 def artifact_catalog(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
-    """A catalog with a Debian 13 image whose gdrcopy layer downloads from a served test mirror.
+    """A catalog with a Debian 13 image whose efa and gdrcopy layers download from a served
+    test mirror: the EFA installer is checked by its signature, gdrcopy by its sha256.
 
     Yields (catalog, overrides file, mirror root).
     """
@@ -77,7 +78,7 @@ def artifact_catalog(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
             "description": "Debian 13 with a layer that downloads a checksummed artifact",
             "extends": "local-debian13",
             "stack": "hopper-2026.11-mirror",
-            "layers": ["base", "gdrcopy", "image_cleanup"],
+            "layers": ["base", "efa", "gdrcopy", "image_cleanup"],
         }
         (catalog / "local-artifacts.yml").write_text(yaml.safe_dump(image), encoding="utf-8")
         overrides = write_overrides(tmp_path / "mirror-vars.yml", served.mirror.url)
@@ -107,8 +108,10 @@ def test_checksum_mismatch_stops_before_any_container(
     )
     assert result.returncode == 2, result.stderr
     assert "artifact 'gdrcopy': sha256 mismatch" in result.stderr
+    # the signed EFA installer, checked first, passed with the key fetched from the mirror
+    assert (tmp_path / "work" / "artifacts" / "aws-efa-installer-1.51.0.tar.gz").exists()
     assert "Traceback" not in result.stderr
-    assert not list((tmp_path / "work" / "artifacts").glob("*.tar.gz"))
+    assert not (tmp_path / "work" / "artifacts" / "v2.5.1.tar.gz").exists()
     assert _build_containers() == before
 
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from nodeforge.artifacts import artifacts_for, check_mirror, fetch_and_verify
+from nodeforge.artifacts import artifacts_for, check_mirror, fetch_and_verify, fetch_key
 from nodeforge.catalog.loader import Catalog
 from nodeforge.errors import InputError
 from nodeforge.local import podman
@@ -186,26 +186,9 @@ def _preflight_downloads(
         if artifact.key_url is not None:
             key_url = resolve_url(artifact.key_url, target, mirror)
             if key_url is not None:
-                keyring = _fetch_key(name, key_url, dest)
+                keyring = fetch_key(name, key_url, dest)
         progress(f"verifying artifact {name}")
         fetch_and_verify(name, artifact, url, signature, dest, keyring=keyring, progress=progress)
-
-
-def _fetch_key(name: str, url: str, dest: Path) -> Path:
-    """The signer's public key; trusted only through the fingerprint the stack pins."""
-    import urllib.request  # noqa: PLC0415  (only builds with signed artifacts need it)
-
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / f"{name}.key"
-    try:
-        with urllib.request.urlopen(url, timeout=30) as response:
-            path.write_bytes(response.read())
-    except OSError as exc:
-        raise InputError(
-            f"artifact '{name}': cannot download its signing key {url} ({exc})",
-            fix="start the mirror or check the mirror: setting in --vars FILE",
-        ) from None
-    return path
 
 
 def _validate(
