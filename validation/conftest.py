@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from nodeforge.probes import local_fact
+
 CAPABILITIES = ("gpu", "nvswitch", "efa", "multinode")
 
 
@@ -38,6 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for capability in CAPABILITIES:
         config.addinivalue_line("markers", f"{capability}: needs {capability} hardware")
     config.addinivalue_line("markers", "layer(name): checks the named layer (skipped if disabled)")
+    config.addinivalue_line("markers", "stage(name): runs only at that stage (build or target)")
 
 
 @pytest.fixture(scope="session")
@@ -54,11 +57,51 @@ def nodeforge(resolved: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(autouse=True)
-def _layer_and_capabilities(request: pytest.FixtureRequest, nodeforge: dict[str, Any]) -> None:
+def _record_host(request: pytest.FixtureRequest, record_property: Any) -> None:
+    """Which node a verdict is about, for the JSON report (nodeforge.report)."""
+    if "host" in request.fixturenames:
+        record_property("host", request.getfixturevalue("host").backend.hostname)
+
+
+@pytest.fixture(autouse=True)
+def _layer_and_capabilities(
+    request: pytest.FixtureRequest, nodeforge: dict[str, Any], _record_host: None
+) -> None:
     layer = request.node.get_closest_marker("layer")
     if layer is not None and not nodeforge["layers"].get(layer.args[0], False):
         pytest.skip(f"layer {layer.args[0]} is not enabled in image {nodeforge['image']}")
-    stage = request.config.getoption("--stage")
+    only = request.node.get_closest_marker("stage")
+    if only is not None and only.args[0] != request.config.getoption("--stage"):
+        pytest.skip(f"{only.args[0]} stage only")
     needed = [c for c in CAPABILITIES if request.node.get_closest_marker(c)]
-    if needed and stage == "build":
+    if not needed:
+        return
+    if request.config.getoption("--stage") == "build":
         pytest.skip(f"build stage: needs {', '.join(needed)} hardware")
+    missing = missing_capabilities(request, needed)
+    if missing:
+        pytest.fail(f"target stage: missing capability {'; '.join(missing)}", pytrace=False)
+
+
+def missing_capabilities(request: pytest.FixtureRequest, needed: list[str]) -> list[str]:
+    """Each needed capability the node lacks, with the evidence, read from the node itself."""
+    host = request.getfixturevalue("host")
+    try:
+        fact = local_fact(host, "nodeforge")
+    except (AssertionError, ValueError) as exc:
+        return [f"{c} (the nodeforge fact did not run: {exc})" for c in needed]
+    evidence = {
+        "gpu": ("gpu_count", fact.get("gpu_count", 0)),
+        "nvswitch": ("nvswitch_count", fact.get("nvswitch_count", 0)),
+        "efa": ("efa_count", fact.get("efa_count", 0)),
+    }
+    missing = [
+        f"{c} (nodeforge fact {evidence[c][0]}={evidence[c][1]})"
+        for c in needed
+        if c in evidence and not evidence[c][1]
+    ]
+    if "multinode" in needed:
+        hosts = [h for h in (request.config.getoption("hosts") or "").split(",") if h]
+        if len(hosts) < 2:
+            missing.append(f"multinode (--hosts names {len(hosts)} node)")
+    return missing

@@ -17,7 +17,10 @@ def test_manifest_equals_the_resolved_vars(host: Any, resolved: dict[str, Any]) 
     assert json.loads(text) == resolved["nodeforge"]
 
 
+# The image before its first boot: a booted instance has a machine id, host keys and
+# cloud-init state of its own, as it should.
 @pytest.mark.layer("image_cleanup")
+@pytest.mark.stage("build")
 class TestHygiene:
     def test_no_ssh_host_keys(self, host: Any) -> None:
         assert host.run("find /etc/ssh -maxdepth 1 -name 'ssh_host_*'").stdout == ""

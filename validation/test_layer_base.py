@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from nodeforge.probes import file_text, held_packages, local_fact, package_status, unit_state
+from nodeforge.probes import (
+    file_text,
+    held_packages,
+    local_fact,
+    package_status,
+    package_version,
+    unit_state,
+)
 
 pytestmark = pytest.mark.layer("base")
 
@@ -16,8 +23,12 @@ def _kernel_packages(nodeforge: dict[str, Any]) -> list[str]:
     return [kernel["image_package"], *kernel["headers_packages"]]
 
 
-def test_kernel_installed_and_held(host: Any, nodeforge: dict[str, Any]) -> None:
+def test_kernel_installed_and_held(
+    host: Any, nodeforge: dict[str, Any], record_property: Any
+) -> None:
     packages = _kernel_packages(nodeforge)
+    record_property("declared", packages)
+    record_property("actual", {p: package_version(host, p) for p in packages})
     for package in packages:
         assert package_status(host, package) == "installed", package
     assert set(packages) <= held_packages(host)

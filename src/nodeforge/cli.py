@@ -24,6 +24,7 @@ from nodeforge.matrix import HEADERS, support_rows
 from nodeforge.render import UserOverrides, load_overrides, render, to_json
 from nodeforge.table import markdown_table, text_table
 from nodeforge.target import Target, target_for, targets
+from nodeforge.validate import run_validation
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 KINDS = ("images", "stacks", "profiles", "os")
@@ -95,6 +96,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--allow-unverified", action="store_true")
 
+    p = sub.add_parser("validate", parents=[common], help="run the validation suite on hosts")
+    p.add_argument("image")
+    p.add_argument("--profile", help="target profile (needed when the image has several)")
+    p.add_argument("--stage", choices=("build", "target"), required=True)
+    p.add_argument(
+        "--hosts",
+        required=True,
+        help="testinfra hosts: podman://NAME, ssh://HOST, ansible://GROUP (comma-separated)",
+    )
+    p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
+    p.add_argument("--report-dir", type=Path, metavar="DIR", help="default: build/IMAGE/validate")
+    p.add_argument("--parallel", action="store_true", help="check several hosts at once")
+    p.add_argument("--allow-unverified", action="store_true")
+
     p = sub.add_parser("matrix", parents=[common], help="print the support matrix")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     return parser
@@ -140,6 +155,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         return _render(catalog, args, out)
     if command == "build":
         return _build(catalog, args, out)
+    if command == "validate":
+        return _validate(catalog, args, out)
     return _matrix(catalog, args.markdown, args.json, out)
 
 
@@ -364,6 +381,52 @@ def _build(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     ]
     out.write("\n".join(lines) + "\n")
     return EXIT_OK
+
+
+def _validate(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+    checked = _checked_target(catalog, args, "not validated")
+    if checked is None:
+        return EXIT_VIOLATIONS
+    target, overrides = checked
+    report_dir = args.report_dir or Path("build") / target.image.name / "validate"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    vars_path = report_dir / "vars.json"
+    document = render(catalog, target, overrides=overrides, overrides_path=args.vars)
+    vars_path.write_text(to_json(document), encoding="utf-8")
+    run = run_validation(
+        hosts=args.hosts,
+        vars_path=vars_path,
+        stage=args.stage,
+        report_dir=report_dir,
+        parallel=args.parallel,
+    )
+    if args.json:
+        out.write(to_json({**run.report, "junit": str(run.junit), "json": str(run.json_report)}))
+        return EXIT_OK if run.ok else EXIT_VIOLATIONS
+    checks = run.report.get("checks", [])
+    rows = [
+        [c["id"].split("::", 1)[-1], c.get("host") or "-", c["outcome"], c["message"][:90]]
+        for c in checks
+        if c["outcome"] != "passed"
+    ]
+    counts = run.counts
+    if rows:
+        out.write(text_table(["check", "host", "outcome", "why"], rows) + "\n\n")
+    missing = sorted(
+        {
+            part.split(" (")[0]
+            for c in run.failures()
+            if c["message"].startswith("target stage: missing capability ")
+            for part in c["message"].removeprefix("target stage: missing capability ").split("; ")
+        }
+    )
+    if missing:
+        out.write(f"missing capabilities: {', '.join(missing)}\n")
+    out.write(
+        f"{args.stage} stage on {args.hosts}: {counts['passed']} passed, {counts['failed']} "
+        f"failed, {counts['skipped']} skipped\nreports: {run.junit}, {run.json_report}\n"
+    )
+    return EXIT_OK if run.ok else EXIT_VIOLATIONS
 
 
 def _matrix(catalog: Catalog, markdown: bool, as_json: bool, out: TextIO) -> int:

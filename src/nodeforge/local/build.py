@@ -9,11 +9,8 @@ half-tagged: the commit is an untagged image until the single `podman tag` at th
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import uuid
-import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +23,7 @@ from nodeforge.local.baseimage import ensure_base_image
 from nodeforge.local.playbook import PlaybookResult, Progress, run_playbook
 from nodeforge.render import UserOverrides, render, resolve_url, to_json
 from nodeforge.target import Target
+from nodeforge.validate import run_validation
 
 # The only base images these machines can build (debootstrap from Debian's archive).
 _SUITES = {("debian", "12"): "bookworm", ("debian", "13"): "trixie"}
@@ -130,7 +128,7 @@ def build_local(
                     f"not idempotent: the second converge changed {again.changed} task(s): "
                     + ", ".join(again.changed_tasks)
                 )
-        validation = _validate(repo_root, container.name, vars_path, work_dir, progress)
+        validation = _validate(container.name, vars_path, work_dir, progress)
         bom = _bom(target, container)
         ref = image_ref_for(target)
         progress(f"committing {ref}")
@@ -192,56 +190,20 @@ def _preflight_downloads(
 
 
 def _validate(
-    repo_root: Path, container: str, vars_path: Path, work_dir: Path, progress: Progress
+    container: str, vars_path: Path, work_dir: Path, progress: Progress
 ) -> dict[str, int]:
-    junit = work_dir / "validation.xml"
     progress("validation (build stage)")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(repo_root / "validation"),
-            f"--hosts=podman://{container}",
-            f"--nodeforge-vars={vars_path}",
-            "--stage=build",
-            f"--junitxml={junit}",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--rootdir",
-            str(repo_root / "validation"),
-        ],
-        cwd=repo_root,
-        capture_output=True,
-        text=True,
-        check=False,
+    run = run_validation(
+        hosts=f"podman://{container}", vars_path=vars_path, stage="build", report_dir=work_dir
     )
-    (work_dir / "validation.log").write_text(result.stdout + result.stderr, encoding="utf-8")
-    counts = _junit_counts(junit)
-    if result.returncode != 0:
+    counts = run.counts
+    if not run.ok:
+        failed = "; ".join(f"{c['id']}: {c['message']}" for c in run.failures()[:3])
         raise BuildFailedError(
-            f"validation failed ({counts['failed']} failed of {counts['tests']}); "
-            f"see {work_dir / 'validation.log'}: {result.stdout.strip().splitlines()[-1:]}"
+            f"validation failed ({counts['failed']} check(s)): {failed} (report: {run.json_report})"
         )
     progress(f"validation: {counts['passed']} passed, {counts['skipped']} skipped")
     return counts
-
-
-def _junit_counts(junit: Path) -> dict[str, int]:
-    if not junit.exists():
-        return {"tests": 0, "passed": 0, "failed": 0, "skipped": 0}
-    suite = ET.parse(junit).getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite") or suite
-    tests = int(suite.get("tests", 0))
-    failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
-    skipped = int(suite.get("skipped", 0))
-    return {
-        "tests": tests,
-        "passed": tests - failed - skipped,
-        "failed": failed,
-        "skipped": skipped,
-    }
 
 
 def _bom(target: Target, container: podman.SystemdContainer) -> dict[str, str]:

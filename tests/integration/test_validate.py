@@ -1,0 +1,100 @@
+"""`nodeforge validate` against a container booted from the locally built image."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodeforge.local.podman import SystemdContainer, image_exists
+from tests.conftest import REPO
+from tests.integration.conftest import require_podman
+
+IMAGE_REF = "localhost/nodeforge/local-debian13:local-debian13"
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[str]:
+    """A booted instance of the local image: what a target-stage run meets on a GPU-less host."""
+    require_podman()
+    if not image_exists(IMAGE_REF):
+        subprocess.run(
+            [sys.executable, "-m", "nodeforge.cli", "build", "local-debian13", "--target", "local"],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        )
+    with SystemdContainer(IMAGE_REF) as container:
+        yield container.name
+
+
+def _validate(
+    node: str, stage: str, report_dir: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nodeforge.cli",
+            "validate",
+            "local-debian13",
+            "--stage",
+            stage,
+            "--hosts",
+            f"podman://{node}",
+            "--report-dir",
+            str(report_dir),
+            *extra,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_target_stage_without_hardware_fails_and_names_it(node: str, tmp_path: Path) -> None:
+    result = _validate(node, "target", tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "missing capabilities: efa, gpu" in result.stdout
+    report = json.loads((tmp_path / "validation-target.json").read_text())
+    assert report["ok"] is False
+    assert report["image"] == "local-debian13"
+    assert report["profile"] == "g6e.48xlarge"
+    failed = {
+        c["id"].split("::")[-1].split("[")[0]: c
+        for c in report["checks"]
+        if c["outcome"] == "failed"
+    }
+    assert set(failed) == {"test_fact_sees_the_profile_gpus", "test_fact_sees_the_profile_efa"}
+    assert failed["test_fact_sees_the_profile_gpus"]["message"] == (
+        "target stage: missing capability gpu (nodeforge fact gpu_count=0)"
+    )
+    assert all(c["host"] == node for c in report["checks"])
+    assert (tmp_path / "validation-target.xml").exists()
+
+
+def test_target_stage_records_declared_and_actual(node: str, tmp_path: Path) -> None:
+    result = _validate(node, "target", tmp_path, "--json")
+    report = json.loads(result.stdout)
+    kernel = next(c for c in report["checks"] if "test_kernel_installed_and_held" in c["id"])
+    assert kernel["outcome"] == "passed"
+    assert kernel["properties"]["declared"] == [
+        "linux-image-cloud-amd64",
+        "linux-headers-cloud-amd64",
+    ]
+    assert kernel["properties"]["actual"]["linux-image-cloud-amd64"]
+
+
+def test_build_stage_hygiene_catches_a_booted_instance(node: str, tmp_path: Path) -> None:
+    # a booted instance has a machine id: the image check must notice it
+    result = _validate(node, "build", tmp_path)
+    assert result.returncode == 1
+    report = json.loads((tmp_path / "validation-build.json").read_text())
+    failed = [c["id"] for c in report["checks"] if c["outcome"] == "failed"]
+    assert len(failed) == 1
+    assert "test_machine_id_empty" in failed[0]
