@@ -34,6 +34,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="build: on a builder without the hardware (missing capabilities skip); "
         "target: on the instance type itself (missing capabilities fail)",
     )
+    group.addoption(
+        "--dcgm-level",
+        type=int,
+        choices=(1, 2, 3, 4),
+        default=1,
+        help="dcgmi diag level where dcgmi is present (1: seconds, 2: about two minutes)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
