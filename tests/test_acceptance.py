@@ -6,7 +6,12 @@ from typing import Any
 
 import pytest
 
-from nodeforge.acceptance import baseline_verdict, nccl_path_problems, nvidia_smi_problems
+from nodeforge.acceptance import (
+    baseline_verdict,
+    message_bytes,
+    nccl_path_problems,
+    nvidia_smi_problems,
+)
 from nodeforge.catalog.loader import Catalog
 from nodeforge.parsers.nccl_tests import parse_nccl_debug
 from nodeforge.parsers.nvidia_smi import parse_query_gpu
@@ -93,3 +98,17 @@ def test_no_gdr_on_an_old_plugin_log() -> None:
     path = parse_nccl_debug((OUTPUTS / "nccl_debug_aws_libfabric_mpirun_prefix.log").read_text())
     problems = nccl_path_problems(path, expect_efa=True, require_gdr=True)
     assert any("GPUDirect RDMA is not in use" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("16GiB", 16 << 30), ("1GiB", 1 << 30), ("8M", 8 << 20), ("512", 512)]
+)
+def test_message_bytes(text: str, size: int) -> None:
+    assert message_bytes(text) == size
+
+
+def test_every_shipped_message_size_parses(shipped: Catalog) -> None:
+    for profile in shipped.profiles.values():
+        for baseline in profile.baselines.model_dump().values():
+            if baseline["message_size"] and "x" not in baseline["message_size"]:
+                assert message_bytes(baseline["message_size"]) > 0

@@ -6,6 +6,7 @@ so that the target-stage checks in validation/ are thin and the logic is tested 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,18 @@ from nodeforge.parsers.nvidia_smi import GpuRecord
 _HARMLESS_THROTTLE = 0x1
 # nvidia-smi reports usable memory a little under the EC2 figure (reserved for the driver).
 _MEMORY_SLACK = 0.05
+
+
+_SIZE = re.compile(r"^(\d+)\s*([KMG]?)(?:i?B)?$")
+_SCALE = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def message_bytes(text: str) -> int:
+    """A baseline's message size ('16GiB', '1GiB', '8M', '512') in bytes, as nccl-tests reads it."""
+    match = _SIZE.match(text.strip())
+    if match is None:
+        raise ValueError(f"message size '{text}' is not a number of bytes such as 1GiB or 8M")
+    return int(match.group(1)) * _SCALE[match.group(2)]
 
 
 @dataclass(frozen=True)
