@@ -32,7 +32,9 @@ def test_persistence_mode_on(host: Any) -> None:
     assert modes.split() and set(modes.split()) == {"Enabled"}
 
 
-@pytest.fixture(scope="module")
+# Function scope on purpose: a module-scoped fixture would be set up before the autouse
+# fixture that skips the check when the layer, stage or hardware is missing.
+@pytest.fixture
 def bench(host: Any) -> list[dict[str, Any]]:
     python = "/opt/nodeforge/envs/train/bin/python"
     interpreter = python if host.file(python).exists else "python3"
