@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nodeforge.errors import InputError
+from nodeforge.paths import VALIDATION_SUITE
 
 Stage = Literal["build", "target"]
-SUITE = Path(__file__).resolve().parents[2] / "validation"
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,8 @@ def run_validation(
     *, hosts: str, vars_path: Path, stage: Stage, report_dir: Path, parallel: bool = False
 ) -> ValidationRun:
     """pytest over validation/ for `hosts` (testinfra's --hosts: podman://, ssh://, ansible://)."""
-    if not SUITE.is_dir():
-        raise InputError("the validation suite is missing", file=SUITE)
+    if not VALIDATION_SUITE.is_dir():
+        raise InputError("the validation suite is missing", file=VALIDATION_SUITE)
     report_dir.mkdir(parents=True, exist_ok=True)
     junit = report_dir / f"validation-{stage}.xml"
     json_report = report_dir / f"validation-{stage}.json"
@@ -51,7 +51,7 @@ def run_validation(
         sys.executable,
         "-m",
         "pytest",
-        str(SUITE),
+        str(VALIDATION_SUITE),
         f"--hosts={hosts}",
         f"--nodeforge-vars={vars_path}",
         f"--stage={stage}",
@@ -62,7 +62,7 @@ def run_validation(
         "-p",
         "no:cacheprovider",
         "--rootdir",
-        str(SUITE),
+        str(VALIDATION_SUITE),
         "-q",
         "-rfE",
     ]

@@ -1,0 +1,1 @@
+"""The subcommands of the `nodeforge` command line, grouped by what they act on."""

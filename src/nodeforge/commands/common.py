@@ -1,0 +1,44 @@
+"""What every command shares: exit codes, the target check, the findings report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from nodeforge.catalog.loader import Catalog
+from nodeforge.check import Report, check_targets
+from nodeforge.render import UserOverrides, load_overrides, to_json
+from nodeforge.table import text_table
+from nodeforge.target import Target, target_for
+
+EXIT_OK, EXIT_VIOLATIONS, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def print_report(report: Report, as_json: bool, out: TextIO) -> None:
+    if as_json:
+        out.write(to_json(report.to_json()))
+        return
+    rows = [[image, profile, report.status_of(image, profile)] for image, profile in report.targets]
+    out.write(text_table(["image", "profile", "status"], rows) + "\n")
+    for f in report.findings:
+        out.write(f"\n{f.severity.upper()} [{f.rule}] {f.image} / {f.profile}\n")
+        out.write(f"  {f.message}\n  fix: {f.fix}\n")
+    errors, warnings = len(report.errors), len(report.findings) - len(report.errors)
+    out.write(
+        f"\n{len(report.targets)} targets checked: {errors} error(s), {warnings} warning(s)\n"
+    )
+
+
+def checked_target(
+    catalog: Catalog, args: argparse.Namespace, refused: str
+) -> tuple[Target, UserOverrides | None] | None:
+    """The target and the user's overrides, or None (report printed) when the rules fail."""
+    target = target_for(catalog, args.image, args.profile)
+    overrides = load_overrides(args.vars) if args.vars else None
+    report = check_targets([target], allow_unverified=args.allow_unverified)
+    if report.ok:
+        return target, overrides
+    print_report(report, False, sys.stderr)
+    print(f"nodeforge: {refused}: fix the errors above first", file=sys.stderr)
+    return None

@@ -1,0 +1,110 @@
+"""Commands that act on machines: build (a local image) and validate (hosts)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from nodeforge.catalog.loader import Catalog
+from nodeforge.commands.common import EXIT_OK, EXIT_VIOLATIONS, checked_target
+from nodeforge.local.build import build_local
+from nodeforge.paths import REPO_ROOT
+from nodeforge.render import render, to_json
+from nodeforge.table import text_table
+from nodeforge.validate import run_validation
+
+
+def build(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+    checked = checked_target(catalog, args, "not built")
+    if checked is None:
+        return EXIT_VIOLATIONS
+    target, overrides = checked
+    work_dir = args.work_dir or Path("build") / target.image.name
+    started = time.monotonic()
+
+    def progress(line: str) -> None:
+        print(f"{time.monotonic() - started:6.0f}s  {line}", file=sys.stderr, flush=True)
+
+    summary = build_local(
+        catalog,
+        target,
+        repo_root=REPO_ROOT,
+        work_dir=work_dir,
+        overrides=overrides,
+        overrides_path=args.vars,
+        progress=progress,
+        reconverge=args.reconverge,
+    )
+    if args.json:
+        out.write(to_json(summary.to_json()))
+        return EXIT_OK
+    v = summary.validation
+    lines = [
+        f"built    {summary.image_ref}",
+        f"target   {summary.image} for {summary.profile}",
+        f"time     {summary.seconds:.0f} s",
+        f"tasks    {summary.tasks} run, {summary.changed} changed",
+        f"checks   {v['passed']} passed, {v['skipped']} skipped, {v['failed']} failed",
+        *(
+            [
+                f"again    {summary.reconverge['seconds']:.0f} s, "
+                f"{summary.reconverge['changed']:.0f} changed"
+            ]
+            if summary.reconverge
+            else []
+        ),
+        f"log      {summary.log}",
+        "",
+        text_table(["component", "version"], [[k, val] for k, val in summary.bom.items()]),
+    ]
+    out.write("\n".join(lines) + "\n")
+    return EXIT_OK
+
+
+def validate(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+    checked = checked_target(catalog, args, "not validated")
+    if checked is None:
+        return EXIT_VIOLATIONS
+    target, overrides = checked
+    report_dir = args.report_dir or Path("build") / target.image.name / "validate"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    vars_path = report_dir / "vars.json"
+    document = render(catalog, target, overrides=overrides, overrides_path=args.vars)
+    vars_path.write_text(to_json(document), encoding="utf-8")
+    run = run_validation(
+        hosts=args.hosts,
+        vars_path=vars_path,
+        stage=args.stage,
+        report_dir=report_dir,
+        parallel=args.parallel,
+    )
+    if args.json:
+        out.write(to_json({**run.report, "junit": str(run.junit), "json": str(run.json_report)}))
+        return EXIT_OK if run.ok else EXIT_VIOLATIONS
+    checks = run.report.get("checks", [])
+    rows = [
+        [c["id"].split("::", 1)[-1], c.get("host") or "-", c["outcome"], c["message"][:90]]
+        for c in checks
+        if c["outcome"] != "passed"
+    ]
+    counts = run.counts
+    if rows:
+        out.write(text_table(["check", "host", "outcome", "why"], rows) + "\n\n")
+    missing = sorted(
+        {
+            part.split(" (")[0]
+            for c in run.failures()
+            if c["message"].startswith("target stage: missing capability ")
+            for part in c["message"].removeprefix("target stage: missing capability ").split("; ")
+        }
+    )
+    if missing:
+        out.write(f"missing capabilities: {', '.join(missing)}\n")
+    out.write(
+        f"{args.stage} stage on {args.hosts}: {counts['passed']} passed, {counts['failed']} "
+        f"failed, {counts['skipped']} skipped\nreports: {run.junit}, {run.json_report}\n"
+    )
+    return EXIT_OK if run.ok else EXIT_VIOLATIONS
