@@ -103,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
     p.add_argument("--report-dir", type=Path, metavar="DIR", help="default: build/IMAGE/validate")
     p.add_argument("--parallel", action="store_true", help="check several hosts at once")
+    p.add_argument(
+        "--dcgm-level",
+        type=int,
+        choices=(1, 2, 3, 4),
+        default=1,
+        help="dcgmi diag level at target stage where dcgmi is present (default 1)",
+    )
     p.add_argument("--allow-unverified", action="store_true")
 
     p = sub.add_parser("matrix", parents=[common], help="print the support matrix")

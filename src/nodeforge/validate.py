@@ -38,7 +38,13 @@ class ValidationRun:
 
 
 def run_validation(
-    *, hosts: str, vars_path: Path, stage: Stage, report_dir: Path, parallel: bool = False
+    *,
+    hosts: str,
+    vars_path: Path,
+    stage: Stage,
+    report_dir: Path,
+    parallel: bool = False,
+    dcgm_level: int = 1,
 ) -> ValidationRun:
     """pytest over validation/ for `hosts` (testinfra's --hosts: podman://, ssh://, ansible://)."""
     if not VALIDATION_SUITE.is_dir():
@@ -55,6 +61,7 @@ def run_validation(
         f"--hosts={hosts}",
         f"--nodeforge-vars={vars_path}",
         f"--stage={stage}",
+        f"--dcgm-level={dcgm_level}",
         f"--junitxml={junit}",
         f"--nodeforge-report={json_report}",
         "-p",

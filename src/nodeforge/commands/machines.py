@@ -80,6 +80,7 @@ def validate(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         stage=args.stage,
         report_dir=report_dir,
         parallel=args.parallel,
+        dcgm_level=args.dcgm_level,
     )
     if args.json:
         out.write(to_json({**run.report, "junit": str(run.junit), "json": str(run.json_report)}))
