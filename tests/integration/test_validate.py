@@ -98,3 +98,44 @@ def test_build_stage_hygiene_catches_a_booted_instance(node: str, tmp_path: Path
     failed = [c["id"] for c in report["checks"] if c["outcome"] == "failed"]
     assert len(failed) == 1
     assert "test_machine_id_empty" in failed[0]
+
+
+def test_two_nodes_in_parallel(node: str, tmp_path: Path) -> None:
+    with SystemdContainer(IMAGE_REF) as second:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nodeforge.cli",
+                "validate",
+                "local-debian13",
+                "--stage",
+                "target",
+                "--hosts",
+                f"podman://{node},podman://{second.name}",
+                "--parallel",
+                "--report-dir",
+                str(tmp_path),
+                "--json",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    hosts = {c["host"] for c in report["checks"]}
+    assert hosts == {node, second.name}
+    failed_per_host = {
+        h: sorted(
+            c["id"].split("::")[-1].split("[")[0]
+            for c in report["checks"]
+            if c["outcome"] == "failed" and c["host"] == h
+        )
+        for h in hosts
+    }
+    assert all(
+        failed == ["test_fact_sees_the_profile_efa", "test_fact_sees_the_profile_gpus"]
+        for failed in failed_per_host.values()
+    )
