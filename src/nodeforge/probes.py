@@ -39,8 +39,9 @@ def package_version(host: Host, package: str) -> str | None:
 
 def held_packages(host: Host) -> set[str]:
     result = host.run("dpkg --get-selections")
+    # multi-arch packages are listed as name:arch (libcuda1:amd64)
     return {
-        fields[0]
+        fields[0].split(":")[0]
         for fields in (line.split() for line in result.stdout.splitlines())
         if len(fields) == 2 and fields[1] == "hold"
     }
