@@ -88,12 +88,11 @@ def ensure_base_image(suite: str, *, progress: Progress | None = None) -> str:
 
 
 def _debootstrap_path() -> str:
-    path = shutil.which("debootstrap")
-    if path is None:
-        raise InputError(
-            "debootstrap is not installed or not on PATH; it builds the local base images",
-            fix="run tools/setup-podman.sh as root, or apt-get install debootstrap",
-        )
+    path = podman.executable(
+        "debootstrap",
+        purpose="; it builds the local base images",
+        fix="run tools/setup-podman.sh as root, or apt-get install debootstrap",
+    )
     if os.geteuid() != 0:
         raise InputError(
             "debootstrap must run as root to build a base image",

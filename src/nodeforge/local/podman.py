@@ -20,15 +20,20 @@ class PodmanError(RuntimeError):
     """A podman command failed; the message carries the command and its output."""
 
 
-def podman_path() -> str:
-    """The podman executable, or an InputError that says how to install it."""
-    path = shutil.which("podman")
+def executable(name: str, *, purpose: str, fix: str) -> str:
+    """The path of a host tool the local harness needs, or an InputError naming the fix."""
+    path = shutil.which(name)
     if path is None:
-        raise InputError(
-            "podman is not installed or not on PATH",
-            fix="run tools/setup-podman.sh as root (Debian 12), or install podman and runc",
-        )
+        raise InputError(f"{name} is not installed or not on PATH{purpose}", fix=fix)
     return path
+
+
+def podman_path() -> str:
+    return executable(
+        "podman",
+        purpose="",
+        fix="run tools/setup-podman.sh as root (Debian 12), or install podman and runc",
+    )
 
 
 def run(
