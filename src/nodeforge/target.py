@@ -60,6 +60,29 @@ class Target:
                 return Version(bundle.aws_ofi_nccl)
         return Version(plugin.version)
 
+    def pinned_versions(self) -> dict[str, str]:
+        """The stack's pins for the enabled layers, by component: the bill of materials that
+        AMI tags and the local build's summary both report."""
+        stack = self.stack
+        pins: dict[str, str | None] = {
+            "driver": f"{stack.driver.version} {self.driver_flavour()}"
+            if self.layer("nvidia_driver")
+            else None,
+            "cuda": " ".join(stack.cuda.toolkits) if self.layer("cuda_toolkit") else None,
+            "nccl": stack.nccl.version if self.layer("nccl") else None,
+            "efa-installer": stack.efa.installer_version
+            if self.layer("efa") and stack.efa
+            else None,
+            "aws-ofi-nccl": str(ofi)
+            if self.layer("aws_ofi_nccl") and (ofi := self.ofi_nccl_version())
+            else None,
+            "gdrcopy": stack.gdrcopy.version if self.layer("gdrcopy") and stack.gdrcopy else None,
+            "pytorch": f"{stack.frameworks.pytorch.version}+{stack.frameworks.pytorch.variant}"
+            if self.layer("python_ml") and stack.frameworks
+            else None,
+        }
+        return {component: pin for component, pin in pins.items() if pin is not None}
+
 
 def targets(catalog: Catalog, images: list[str] | None = None) -> list[Target]:
     """Every (image, profile) pair of the named images, or of all images."""

@@ -208,27 +208,14 @@ def _validate(
 
 def _bom(target: Target, container: podman.SystemdContainer) -> dict[str, str]:
     """What the image carries: the stack's pins for the enabled layers, the kernel as installed."""
-    stack = target.stack
     kernel = target.os_arch.kernel.image_package if target.os_arch else None
-    bom = {"os": target.os.name, "stack": stack.name}
+    bom = {"os": target.os.name, "stack": target.stack.name}
     if kernel and target.layer("base"):
         probe = container.exec(
             ["dpkg-query", "--show", "--showformat=${Version}", kernel], check=False
         )
         bom["kernel"] = f"{kernel} {probe.stdout.strip() or '(not installed)'}"
-    layers: dict[str, tuple[str, str]] = {
-        "nvidia_driver": ("driver", stack.driver.version),
-        "cuda_toolkit": ("cuda", ", ".join(stack.cuda.toolkits)),
-        "nccl": ("nccl", stack.nccl.version),
-    }
-    if stack.efa is not None:
-        layers["efa"] = ("efa installer", stack.efa.installer_version)
-    if stack.frameworks is not None:
-        layers["python_ml"] = ("pytorch", stack.frameworks.pytorch.version)
-    for layer, (component, version) in layers.items():
-        if target.layer(layer):
-            bom[component] = version
-    return bom
+    return {**bom, **target.pinned_versions()}
 
 
 def _commit(container: str, target: Target) -> str:

@@ -1,0 +1,42 @@
+build {
+  name    = "nodeforge"
+  sources = ["source.amazon-ebs.node"]
+
+  # First pass: the kernel and base layer only, so the second pass builds the NVIDIA modules
+  # against the kernel the node boots, not the one the base AMI shipped with.
+  provisioner "ansible" {
+    playbook_file    = "${local.repo_root}/playbooks/image.yml"
+    user             = var.ssh_username
+    use_proxy        = false
+    ansible_env_vars = ["ANSIBLE_CONFIG=${local.repo_root}/ansible.cfg", "ANSIBLE_NOCOLOR=1"]
+    extra_arguments = [
+      "--extra-vars", "@${var.vars_file}",
+      "--extra-vars", "nodeforge_build_phase=kernel",
+    ]
+  }
+
+  provisioner "shell" {
+    inline            = ["sudo systemctl reboot"]
+    expect_disconnect = true
+    skip_clean        = true
+  }
+
+  # Second pass: every enabled layer, once the builder is back on the new kernel.
+  provisioner "ansible" {
+    pause_before     = "30s"
+    playbook_file    = "${local.repo_root}/playbooks/image.yml"
+    user             = var.ssh_username
+    use_proxy        = false
+    ansible_env_vars = ["ANSIBLE_CONFIG=${local.repo_root}/ansible.cfg", "ANSIBLE_NOCOLOR=1"]
+    extra_arguments  = ["--extra-vars", "@${var.vars_file}"]
+  }
+
+  post-processor "manifest" {
+    output     = var.manifest_path
+    strip_path = true
+    custom_data = {
+      image = var.image_name
+      stack = var.stack_name
+    }
+  }
+}

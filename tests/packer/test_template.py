@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nodeforge.errors import InputError
+from nodeforge.packer.template import TEMPLATE_DIR, expression, load_template
+
+
+def test_shipped_templates_parse() -> None:
+    template = load_template()
+    assert template.directory == TEMPLATE_DIR
+    assert {f.path.name for f in template.files} == {
+        "build.pkr.hcl",
+        "plugins.pkr.hcl",
+        "sources.pkr.hcl",
+        "variables.pkr.hcl",
+    }
+    region = template.variables["region"]
+    assert (region.type, region.has_default, region.file.name) == (
+        "string",
+        False,
+        "variables.pkr.hcl",
+    )
+    assert region.line == 4
+    assert template.variables["tags"].type == "map(string)"
+    assert template.variables["tags"].default == {}
+    assert template.variables["kms_key_id"].has_default
+    assert template.variables["kms_key_id"].default is None
+    assert {p.name: (p.source, p.version) for p in template.plugins} == {
+        "amazon": ("github.com/hashicorp/amazon", "= 1.8.2"),
+        "ansible": ("github.com/hashicorp/ansible", "= 1.1.6"),
+    }
+    [source] = template.sources
+    assert (source.type, source.name, source.ref) == (
+        "amazon-ebs",
+        "node",
+        "source.amazon-ebs.node",
+    )
+    assert source.body["metadata_options"][0]["http_tokens"] == "required"
+    assert expression(source.body["source_ami"]) == "var.source_ami"
+    assert template.only_names() == ["nodeforge.amazon-ebs.node"]
+
+
+def test_shipped_build_runs_kernel_phase_then_reboot_then_all_layers() -> None:
+    [build] = load_template().builds
+    kinds = [(s.kind, s.type) for s in build.provisioners + build.post_processors]
+    assert kinds == [
+        ("provisioner", "ansible"),
+        ("provisioner", "shell"),
+        ("provisioner", "ansible"),
+        ("post-processor", "manifest"),
+    ]
+    first, reboot, second, manifest = build.provisioners + build.post_processors
+    assert first.body["extra_arguments"] == [
+        "--extra-vars",
+        "@${var.vars_file}",
+        "--extra-vars",
+        "nodeforge_build_phase=kernel",
+    ]
+    assert second.body["extra_arguments"] == ["--extra-vars", "@${var.vars_file}"]
+    assert reboot.body["expect_disconnect"] is True
+    assert second.body["pause_before"]
+    assert first.body["use_proxy"] is False and second.body["use_proxy"] is False
+    assert first.body["playbook_file"].endswith("/playbooks/image.yml")
+    assert set(manifest.body["custom_data"]) == {"image", "stack"}
+
+
+def test_syntax_error_names_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.pkr.hcl").write_text('variable "x" {\n  type = \n}\n')
+    with pytest.raises(InputError) as caught:
+        load_template(tmp_path)
+    assert caught.value.file == tmp_path / "bad.pkr.hcl"
+    assert caught.value.line == 2
+    assert "not valid HCL2" in str(caught.value)
+
+
+def test_duplicate_variable(tmp_path: Path) -> None:
+    (tmp_path / "a.pkr.hcl").write_text('variable "x" {\n  type = string\n}\n')
+    (tmp_path / "b.pkr.hcl").write_text('\nvariable "x" {\n  type = string\n}\n')
+    with pytest.raises(InputError, match="declared twice") as caught:
+        load_template(tmp_path)
+    assert (caught.value.file, caught.value.line) == (tmp_path / "b.pkr.hcl", 2)
+
+
+def test_empty_folder(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"no Packer templates"):
+        load_template(tmp_path)
