@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from nodeforge import __version__
 from nodeforge.catalog.loader import load_catalog
+from nodeforge.commands import aws as aws_commands
 from nodeforge.commands import catalog as catalog_commands
 from nodeforge.commands import machines
 from nodeforge.commands.common import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_VIOLATIONS
@@ -112,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--allow-unverified", action="store_true")
 
+    aws_commands.add_parsers(sub, common)
+
     p = sub.add_parser("matrix", parents=[common], help="print the support matrix")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     return parser
@@ -155,6 +158,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         return machines.build(catalog, args, out)
     if command == "validate":
         return machines.validate(catalog, args, out)
+    if command == "promote":
+        return aws_commands.promote(catalog, args, out)
+    if command == "prune":
+        return aws_commands.prune(args, out)
     return catalog_commands.matrix(catalog, args.markdown, args.json, out)
 
 

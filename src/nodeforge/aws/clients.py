@@ -1,0 +1,44 @@
+"""boto3 clients built from a caller's session, with botocore's retries for throttling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import boto3
+from botocore.config import Config
+from mypy_boto3_ec2 import EC2Client
+from mypy_boto3_ssm import SSMClient
+
+from nodeforge.aws.config import PipelineConfig
+
+
+@dataclass(frozen=True)
+class AwsClients:
+    session: boto3.Session
+    config: PipelineConfig
+    ec2: EC2Client
+    ssm: SSMClient
+
+    def ec2_in(self, region: str) -> EC2Client:
+        return self.session.client("ec2", region_name=region, config=_retries(self.config))
+
+    def ssm_in(self, region: str) -> SSMClient:
+        return self.session.client("ssm", region_name=region, config=_retries(self.config))
+
+
+def _retries(config: PipelineConfig) -> Config:
+    # botocore backs off and retries RequestLimitExceeded / Throttling (and 5xx) by itself;
+    # a request still throttled after max_attempts surfaces as a ClientError (see errors.py)
+    return Config(
+        retries={"mode": config.retry_mode, "total_max_attempts": config.api_max_attempts}
+    )
+
+
+def clients_for(session: boto3.Session, config: PipelineConfig) -> AwsClients:
+    retries = _retries(config)
+    return AwsClients(
+        session=session,
+        config=config,
+        ec2=session.client("ec2", region_name=config.region, config=retries),
+        ssm=session.client("ssm", region_name=config.region, config=retries),
+    )

@@ -1,0 +1,69 @@
+"""The pipeline settings file (`--config FILE`, YAML or JSON): where and how to launch, publish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from nodeforge.catalog.loader import input_error_from
+from nodeforge.catalog.models import Model
+from nodeforge.catalog.yamlfile import read_yaml
+from nodeforge.errors import InputError
+
+Region = Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
+Account = Annotated[str, Field(pattern=r"^\d{12}$")]
+SecurityGroupId = Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")]
+
+
+class CapacityTarget(Model):
+    """An On-Demand Capacity Reservation, or a Capacity Block for ML (`capacity_block: true`)."""
+
+    reservation_id: str = Field(pattern=r"^cr-[0-9a-f]{8,17}$")
+    capacity_block: bool = False
+
+
+class PipelineConfig(Model):
+    region: Region
+    subnet_id: str = Field(pattern=r"^subnet-[0-9a-f]{8,17}$")
+    """One subnet, so one availability zone: a cluster placement group cannot span zones."""
+    security_group_ids: list[SecurityGroupId] = Field(min_length=1, max_length=5)
+    key_name: str | None = None
+    ssh_user: str | None = None
+    """Default: the OS entry's default_user."""
+    share_accounts: list[Account] = Field(default_factory=list)
+    copy_regions: list[Region] = Field(default_factory=list)
+    ttl_minutes: int = Field(default=240, ge=10, le=7 * 24 * 60)
+    """How long a reaper should let a validation instance live if nodeforge could not end it."""
+    multinode: bool = False
+    capacity: dict[str, CapacityTarget] = Field(default_factory=dict)
+    """Per profile name."""
+    ready_timeout_s: float = Field(default=1800, gt=0)
+    poll_interval_s: float = Field(default=15, ge=0)
+    terminate_timeout_s: float = Field(default=900, gt=0)
+    api_max_attempts: int = Field(default=10, ge=1, le=20)
+    retry_mode: Literal["standard", "adaptive"] = "standard"
+
+    @model_validator(mode="after")
+    def _copies_elsewhere(self) -> PipelineConfig:
+        if self.region in self.copy_regions:
+            raise ValueError(
+                f"copy_regions lists the home region {self.region}: the AMI is already there"
+            )
+        return self
+
+
+def load_config(path: Path) -> PipelineConfig:
+    doc = read_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise InputError(
+            "expected a mapping of pipeline settings (region, subnet_id, security_group_ids, ...)",
+            file=path,
+            line=doc.line_of(()),
+            fix="see docs/aws-pipeline.md for an example",
+        )
+    try:
+        return PipelineConfig.model_validate(doc.data)
+    except ValidationError as exc:
+        raise input_error_from(exc, path, doc.line_of) from None

@@ -1,0 +1,215 @@
+"""Launch validation instances of one profile and wait until they pass their status checks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import cast
+
+from botocore.exceptions import ClientError
+from mypy_boto3_ec2 import EC2Client
+from mypy_boto3_ec2.literals import InstanceTypeType
+from mypy_boto3_ec2.type_defs import (
+    InstanceNetworkInterfaceSpecificationTypeDef,
+    RunInstancesRequestTypeDef,
+)
+
+from nodeforge.aws.config import CapacityTarget, PipelineConfig
+from nodeforge.aws.errors import InstanceUnreachableError, NoCapacityError
+from nodeforge.aws.tags import tag_list
+from nodeforge.catalog.models import Profile
+from nodeforge.errors import InputError
+
+NO_CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "ReservationCapacityExceeded",
+    }
+)
+_GONE = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Time as the pipeline sees it; tests pass one that never sleeps."""
+
+    sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic
+    now: Callable[[], datetime] = field(default=_utcnow)
+
+
+def network_interfaces(
+    profile: Profile, *, subnet_id: str, security_group_ids: list[str], source: Path | None = None
+) -> list[InstanceNetworkInterfaceSpecificationTypeDef]:
+    """One interface per network card, as the profile's network_cards groups describe them."""
+    network = profile.network
+    if network.network_cards == "unknown":
+        if network.efa_interfaces == 0:
+            return [_interface(0, 0, "ena", subnet_id, security_group_ids)]
+        raise InputError(
+            f"the network card layout of {profile.name} is unknown, so nodeforge cannot request "
+            f"its {network.efa_interfaces} EFA interfaces",
+            file=source,
+            field="network.network_cards",
+            fix="add the card groups (first, last, interface, device_index) from AWS's "
+            "documented layout for the instance type (reference/stack-facts.md 1.2)",
+        )
+    return [
+        _interface(card, group.device_index, group.interface, subnet_id, security_group_ids)
+        for group in network.network_cards
+        for card in range(group.first, group.last + 1)
+    ]
+
+
+def _interface(
+    card: int, device_index: int, interface: str, subnet_id: str, groups: list[str]
+) -> InstanceNetworkInterfaceSpecificationTypeDef:
+    spec: InstanceNetworkInterfaceSpecificationTypeDef = {
+        "NetworkCardIndex": card,
+        "DeviceIndex": device_index,
+        "SubnetId": subnet_id,
+        "Groups": list(groups),
+        "DeleteOnTermination": True,
+    }
+    # ENA is EC2's default interface: the API has no InterfaceType value for it
+    if interface != "ena":
+        spec["InterfaceType"] = interface
+    return spec
+
+
+def run_instances_request(
+    *,
+    ami_id: str,
+    profile: Profile,
+    count: int,
+    config: PipelineConfig,
+    interfaces: list[InstanceNetworkInterfaceSpecificationTypeDef],
+    placement_group: str | None,
+    tags: Mapping[str, str],
+    client_token: str,
+) -> RunInstancesRequestTypeDef:
+    request: RunInstancesRequestTypeDef = {
+        "ImageId": ami_id,
+        # profile names are instance type names; EC2 itself says when one is not
+        "InstanceType": cast("InstanceTypeType", profile.name),
+        "MinCount": count,
+        "MaxCount": count,
+        "NetworkInterfaces": interfaces,
+        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+        "TagSpecifications": [
+            {"ResourceType": kind, "Tags": tag_list(tags)}
+            for kind in ("instance", "volume", "network-interface")
+        ],
+        # the same token on botocore's retries: a retried launch cannot start a second fleet
+        "ClientToken": client_token[:64],
+    }
+    if config.key_name:
+        request["KeyName"] = config.key_name
+    if placement_group:
+        request["Placement"] = {"GroupName": placement_group}
+    capacity = config.capacity.get(profile.name)
+    if capacity is not None:
+        _target_capacity(request, capacity)
+    return request
+
+
+def _target_capacity(request: RunInstancesRequestTypeDef, capacity: CapacityTarget) -> None:
+    request["CapacityReservationSpecification"] = {
+        "CapacityReservationTarget": {"CapacityReservationId": capacity.reservation_id}
+    }
+    if capacity.capacity_block:
+        request["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+
+
+def launch_instances(ec2: EC2Client, request: RunInstancesRequestTypeDef) -> list[str]:
+    """Start the instances, or raise NoCapacityError saying where capacity may be found."""
+    try:
+        response = ec2.run_instances(**request)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        if error.get("Code") not in NO_CAPACITY_CODES:
+            raise
+        instance_type = request["InstanceType"]
+        reservation = request.get("CapacityReservationSpecification", {})
+        target = reservation.get("CapacityReservationTarget", {}).get("CapacityReservationId")
+        if target:
+            fix = (
+                f"the capacity reservation {target} has no free {instance_type}: wait for its "
+                "instances to end, or point capacity.<profile>.reservation_id at another one"
+            )
+        else:
+            fix = (
+                f"request {instance_type} through a capacity reservation or a Capacity Block "
+                "for ML (capacity.<profile> in the config), or set subnet_id to a subnet in "
+                "another availability zone"
+            )
+        raise NoCapacityError(
+            f"EC2 has no {instance_type} capacity ({error.get('Code')}: "
+            f"{error.get('Message', '')}). Fix: {fix}"
+        ) from None
+    return [instance["InstanceId"] for instance in response["Instances"]]
+
+
+def wait_ready(
+    ec2: EC2Client, instance_ids: list[str], *, timeout_s: float, poll_s: float, clock: Clock
+) -> list[str]:
+    """Private IP addresses of the instances once running with both status checks ok."""
+    started = clock.monotonic()
+    while True:
+        waiting = _not_ready(ec2, instance_ids)
+        if not waiting:
+            break
+        if clock.monotonic() - started >= timeout_s:
+            detail = "; ".join(f"{i}: {why}" for i, why in sorted(waiting.items()))
+            raise InstanceUnreachableError(
+                f"instances not reachable after {timeout_s:.0f} s ({detail}). The AMI may not "
+                "boot: read `aws ec2 get-console-output --instance-id ID`, or raise "
+                "ready_timeout_s in the config"
+            )
+        clock.sleep(poll_s)
+    reservations = ec2.describe_instances(InstanceIds=instance_ids)["Reservations"]
+    addresses = {
+        instance["InstanceId"]: instance.get("PrivateIpAddress", "")
+        for reservation in reservations
+        for instance in reservation.get("Instances", [])
+    }
+    return [addresses[i] for i in instance_ids]
+
+
+def _not_ready(ec2: EC2Client, instance_ids: list[str]) -> dict[str, str]:
+    """Why each instance that is not ready yet is not; raises once one can never be."""
+    try:
+        statuses = ec2.describe_instance_status(InstanceIds=instance_ids, IncludeAllInstances=True)
+    except ClientError as exc:
+        # EC2 is eventually consistent: a fresh instance id may not be visible for a moment
+        if exc.response.get("Error", {}).get("Code") == "InvalidInstanceID.NotFound":
+            return dict.fromkeys(instance_ids, "not visible yet")
+        raise
+    seen = {s["InstanceId"]: s for s in statuses["InstanceStatuses"]}
+    waiting: dict[str, str] = {}
+    for instance_id in instance_ids:
+        status = seen.get(instance_id)
+        if status is None:
+            waiting[instance_id] = "not visible yet"
+            continue
+        state = status["InstanceState"]["Name"]
+        if state in _GONE:
+            raise InstanceUnreachableError(
+                f"{instance_id} went {state} before it became ready: the AMI may not boot, or "
+                "the capacity ended; read `aws ec2 describe-instances` StateReason"
+            )
+        instance = status.get("InstanceStatus", {}).get("Status", "unknown")
+        system = status.get("SystemStatus", {}).get("Status", "unknown")
+        if (state, instance, system) != ("running", "ok", "ok"):
+            waiting[instance_id] = f"state {state}, instance status {instance}, system {system}"
+    return waiting

@@ -1,0 +1,325 @@
+"""Promote an AMI: launch each target profile from it, validate, then publish it or retire it."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from botocore.exceptions import BotoCoreError, ClientError
+from mypy_boto3_ec2.type_defs import ImageTypeDef
+
+from nodeforge.aws import publish, tags
+from nodeforge.aws.clients import AwsClients
+from nodeforge.aws.errors import InstanceUnreachableError, NoCapacityError, aws_error
+from nodeforge.aws.fleet import validation_fleet
+from nodeforge.aws.launch import Clock, network_interfaces, run_instances_request, wait_ready
+from nodeforge.catalog.loader import Catalog
+from nodeforge.catalog.models import Profile
+from nodeforge.errors import InputError
+from nodeforge.render import UserOverrides, render, to_json
+from nodeforge.target import target_for
+from nodeforge.validate import run_validation
+
+Validator = Callable[[list[str], str], bool]
+"""validate(hosts, profile) -> every check passed; hosts are the instances' private addresses."""
+Outcome = Literal["passed", "failed", "unreachable", "no-capacity"]
+
+# EC2 errors that mean the config file or the command line is wrong, not AWS or the AMI
+_INPUT_ERRORS: Mapping[str, tuple[str, str]] = {
+    "InvalidSubnetID.NotFound": ("subnet_id", "use a subnet of the configured region"),
+    "InvalidGroup.NotFound": ("security_group_ids", "use security groups of the subnet's VPC"),
+    "InvalidKeyPair.NotFound": ("key_name", "use a key pair of the configured region"),
+    "InvalidCapacityReservationId.NotFound": (
+        "capacity",
+        "use a reservation id of the configured region",
+    ),
+    "InvalidCapacityReservationId.Malformed": ("capacity", "use an id like cr-0123456789abcdef0"),
+}
+
+
+@dataclass(frozen=True)
+class ProfileRun:
+    profile: str
+    outcome: Outcome
+    instances: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    message: str = ""
+
+
+@dataclass
+class PromoteResult:
+    image: str
+    ami: str
+    region: str
+    run_id: str
+    runs: list[ProfileRun] = field(default_factory=list)
+    parameters: list[str] = field(default_factory=list)
+    shared_with: list[str] = field(default_factory=list)
+    copies: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def status(self) -> Literal["published", "failed", "incomplete"]:
+        """failed: the AMI did not pass (tagged and deprecated); incomplete: nothing was judged
+        because no capacity was found, and the AMI stays as it was."""
+        if any(run.outcome in ("failed", "unreachable") for run in self.runs):
+            return "failed"
+        if self.parameters:
+            return "published"
+        return "incomplete"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "ami": self.ami,
+            "region": self.region,
+            "run_id": self.run_id,
+            "status": self.status,
+            "profiles": [
+                {
+                    "profile": run.profile,
+                    "outcome": run.outcome,
+                    "instances": run.instances,
+                    "hosts": run.hosts,
+                    "message": run.message,
+                }
+                for run in self.runs
+            ],
+            "ssm_parameters": self.parameters,
+            "shared_with": self.shared_with,
+            "copies": self.copies,
+        }
+
+
+def nodes_for(profile: Profile, multinode: bool) -> int:
+    """One node, or as many as the profile's multi-node NCCL baseline was measured on."""
+    if not multinode:
+        return 1
+    return profile.baselines.nccl_all_reduce_multi_node.nodes or 2
+
+
+def promote(
+    clients: AwsClients,
+    *,
+    image: str,
+    ami_id: str,
+    profiles: Sequence[Profile],
+    validate: Validator,
+    progress: Callable[[str], None] = lambda _line: None,
+    clock: Clock | None = None,
+    run_id: str | None = None,
+    config_path: Path | None = None,
+    profile_files: Mapping[str, Path] | None = None,
+) -> PromoteResult:
+    """Validate `ami_id` on every profile in turn (stopping at the first that does not pass),
+    then publish it (tags, SSM parameters, shares, copies) or mark it failed and deprecate it.
+
+    Raises InputError for a wrong AMI or config (naming `config_path`), AwsError for AWS
+    failures; instances are terminated in every case.
+    """
+    clock = clock or Clock()
+    run_id = run_id or f"{clock.now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    result = PromoteResult(image=image, ami=ami_id, region=clients.config.region, run_id=run_id)
+    try:
+        source = _checked_ami(clients, ami_id, image, profiles)
+        for profile in profiles:
+            run = _run_profile(
+                clients,
+                ami_id=ami_id,
+                image=image,
+                profile=profile,
+                validate=validate,
+                progress=progress,
+                clock=clock,
+                run_id=run_id,
+                profile_file=(profile_files or {}).get(profile.name),
+            )
+            result.runs.append(run)
+            progress(f"{profile.name}: {run.outcome}{': ' + run.message if run.message else ''}")
+            if run.outcome != "passed":
+                break
+        if result.status == "failed":
+            failed = result.runs[-1].profile
+            progress(f"marking {ami_id} failed and deprecating it")
+            publish.mark_failed(clients.ec2, ami_id, run_id=run_id, profile=failed, now=clock.now())
+        elif profiles and [run.outcome for run in result.runs] == ["passed"] * len(profiles):
+            _publish(clients, source, result, [p.name for p in profiles], progress)
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in _INPUT_ERRORS:
+            field_name, fix = _INPUT_ERRORS[code]
+            message = exc.response.get("Error", {}).get("Message", code)
+            raise InputError(message, file=config_path, field=field_name, fix=fix) from None
+        raise aws_error(exc, f"promoting {ami_id}") from None
+    except BotoCoreError as exc:
+        raise aws_error(exc, f"promoting {ami_id}") from None
+    return result
+
+
+def _checked_ami(
+    clients: AwsClients, ami_id: str, image: str, profiles: Sequence[Profile]
+) -> ImageTypeDef:
+    """The AMI, once it is known to be this image's, available, and of the profiles' arch."""
+    where = f"in {clients.config.region}"
+    try:
+        found = clients.ec2.describe_images(ImageIds=[ami_id])["Images"]
+    except ClientError as exc:
+        if not exc.response.get("Error", {}).get("Code", "").startswith("InvalidAMIID"):
+            raise
+        found = []
+    if not found:
+        raise InputError(
+            f"AMI {ami_id} does not exist {where}",
+            field="--ami",
+            fix="pass the AMI id Packer printed, and the region it built in (config region)",
+        )
+    ami = found[0]
+    if ami.get("State") != "available":
+        raise InputError(
+            f"AMI {ami_id} is {ami.get('State')}, not available",
+            field="--ami",
+            fix="wait until Packer's AMI is available (aws ec2 wait image-available)",
+        )
+    tagged = tags.tag_map(ami.get("Tags", [])).get(tags.IMAGE)
+    if tagged != image:
+        raise InputError(
+            f"AMI {ami_id} is tagged {tags.IMAGE}={tagged or '(none)'}, not {image}",
+            field="--ami",
+            fix="promote the AMI that `nodeforge build --target aws` built for this image",
+        )
+    arch = ami.get("Architecture", "")
+    for profile in profiles:
+        if arch and arch != profile.arch:
+            raise InputError(
+                f"AMI {ami_id} is {arch}, profile {profile.name} is {profile.arch}",
+                field="--ami",
+                fix="build the image for the profile's architecture",
+            )
+    return ami
+
+
+def _run_profile(
+    clients: AwsClients,
+    *,
+    ami_id: str,
+    image: str,
+    profile: Profile,
+    validate: Validator,
+    progress: Callable[[str], None],
+    clock: Clock,
+    run_id: str,
+    profile_file: Path | None,
+) -> ProfileRun:
+    config = clients.config
+    count = nodes_for(profile, config.multinode)
+    interfaces = network_interfaces(
+        profile,
+        subnet_id=config.subnet_id,
+        security_group_ids=config.security_group_ids,
+        source=profile_file,
+    )
+    run_tags = {
+        "Name": f"nodeforge-validate-{image}-{profile.name}",
+        tags.RUN_ID: run_id,
+        tags.TTL: tags.iso(clock.now() + timedelta(minutes=config.ttl_minutes)),
+        tags.IMAGE: image,
+        tags.PROFILE: profile.name,
+        tags.SOURCE_AMI: ami_id,
+    }
+    with validation_fleet(
+        clients.ec2,
+        run_id=run_id,
+        poll_s=config.poll_interval_s,
+        timeout_s=config.terminate_timeout_s,
+        progress=progress,
+    ) as fleet:
+        # a capacity reservation or block fixes placement itself: a fresh cluster group
+        # would not match the reservation and EC2 would refuse the launch
+        group = None
+        if profile.name not in config.capacity:
+            group = fleet.placement_group(f"nodeforge-{run_id}-{profile.name}", run_tags)
+        request = run_instances_request(
+            ami_id=ami_id,
+            profile=profile,
+            count=count,
+            config=config,
+            interfaces=interfaces,
+            placement_group=group,
+            tags=run_tags,
+            client_token=f"{run_id}-{profile.name}",
+        )
+        progress(f"{profile.name}: launching {count} instance(s) from {ami_id}")
+        try:
+            ids = fleet.launch(request)
+        except NoCapacityError as exc:
+            return ProfileRun(profile.name, "no-capacity", message=str(exc))
+        progress(f"{profile.name}: waiting for {', '.join(ids)} to pass status checks")
+        try:
+            hosts = wait_ready(
+                clients.ec2,
+                ids,
+                timeout_s=config.ready_timeout_s,
+                poll_s=config.poll_interval_s,
+                clock=clock,
+            )
+        except InstanceUnreachableError as exc:
+            return ProfileRun(profile.name, "unreachable", ids, message=str(exc))
+        progress(f"{profile.name}: validating on {', '.join(hosts)}")
+        ok = validate(hosts, profile.name)
+        return ProfileRun(profile.name, "passed" if ok else "failed", ids, hosts)
+
+
+def _publish(
+    clients: AwsClients,
+    source: ImageTypeDef,
+    result: PromoteResult,
+    profiles: list[str],
+    progress: Callable[[str], None],
+) -> None:
+    # the SSM parameters go last: they are what consumers follow, so they must not point at
+    # an AMI whose sharing or copying failed halfway
+    ami_id = source["ImageId"]
+    progress(f"tagging {ami_id} validated")
+    publish.mark_validated(clients.ec2, ami_id, result.run_id)
+    if clients.config.share_accounts:
+        progress(f"sharing {ami_id} with {', '.join(clients.config.share_accounts)}")
+        publish.share(clients.ec2, source, clients.config.share_accounts)
+        result.shared_with = list(clients.config.share_accounts)
+    if clients.config.copy_regions:
+        progress(f"copying {ami_id} to {', '.join(clients.config.copy_regions)}")
+        result.copies = publish.copy_to_regions(clients, source, result.run_id)
+    result.parameters = publish.put_parameters(clients.ssm, result.image, profiles, ami_id)
+    progress(f"published {', '.join(result.parameters)}")
+
+
+def ssh_validator(
+    catalog: Catalog,
+    image: str,
+    *,
+    report_root: Path,
+    ssh_user: str | None,
+    overrides: UserOverrides | None = None,
+    overrides_path: Path | None = None,
+) -> Validator:
+    """The real validator: the target stage of validation/ over SSH to the instances."""
+
+    def validate(hosts: list[str], profile: str) -> bool:
+        target = target_for(catalog, image, profile)
+        user = ssh_user or target.os.default_user
+        report_dir = report_root / profile
+        report_dir.mkdir(parents=True, exist_ok=True)
+        vars_path = report_dir / "vars.json"
+        document = render(catalog, target, overrides=overrides, overrides_path=overrides_path)
+        vars_path.write_text(to_json(document), encoding="utf-8")
+        run = run_validation(
+            hosts=",".join(f"ssh://{user}@{host}" for host in hosts),
+            vars_path=vars_path,
+            stage="target",
+            report_dir=report_dir,
+        )
+        return run.ok
+
+    return validate

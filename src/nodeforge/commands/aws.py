@@ -1,0 +1,172 @@
+"""Commands of the AWS half of the golden AMI pipeline: promote (validate, then publish or fail)
+and prune (old AMIs)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO, TypeVar
+
+import boto3
+
+from nodeforge.aws.clients import clients_for
+from nodeforge.aws.config import load_config
+from nodeforge.aws.errors import AwsError
+from nodeforge.aws.pipeline import promote as promote_ami
+from nodeforge.aws.pipeline import ssh_validator
+from nodeforge.aws.prune import prune as prune_amis
+from nodeforge.catalog.loader import Catalog
+from nodeforge.check import check_targets
+from nodeforge.commands.common import EXIT_OK, EXIT_VIOLATIONS, print_report
+from nodeforge.errors import InputError
+from nodeforge.render import load_overrides, to_json
+from nodeforge.table import text_table
+from nodeforge.target import target_for
+from nodeforge.target import targets as image_targets
+
+_AMI_ID = re.compile(r"^ami-[0-9a-f]{8,17}$")
+P = TypeVar("P", bound=argparse.ArgumentParser)
+
+
+def add_parsers(sub: argparse._SubParsersAction[P], common: P) -> None:
+    """`promote` and `prune` on the CLI's subparsers, with its common options."""
+    p = sub.add_parser(
+        "promote", parents=[common], help="validate an AMI on its instance types, then publish it"
+    )
+    p.add_argument("image")
+    p.add_argument("--ami", required=True, metavar="AMI_ID", help="the AMI Packer built")
+    p.add_argument(
+        "--config", type=Path, required=True, metavar="FILE", help="pipeline settings (YAML/JSON)"
+    )
+    p.add_argument("--profile", help="validate on this profile only (default: all of the image's)")
+    p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
+    p.add_argument("--report-dir", type=Path, metavar="DIR", help="default: build/IMAGE/promote")
+    p.add_argument("--allow-unverified", action="store_true")
+
+    p = sub.add_parser("prune", parents=[common], help="deregister an image's old AMIs")
+    p.add_argument("image")
+    p.add_argument("--keep", type=int, required=True, metavar="N", help="validated AMIs to keep")
+    p.add_argument(
+        "--config", type=Path, required=True, metavar="FILE", help="pipeline settings (YAML/JSON)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="say what would go, and why the rest stays"
+    )
+
+
+def aws_session(region: str) -> boto3.Session:
+    """Credentials from the usual chain (environment, profile, instance role)."""
+    return boto3.Session(region_name=region)
+
+
+def _progress() -> Callable[[str], None]:
+    """Progress lines on stderr, with the seconds since the command started."""
+    started = time.monotonic()
+
+    def progress(line: str) -> None:
+        print(f"{time.monotonic() - started:6.0f}s  {line}", file=sys.stderr, flush=True)
+
+    return progress
+
+
+def promote(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+    if not _AMI_ID.match(args.ami):
+        raise InputError(
+            f"'{args.ami}' is not an AMI id", field="--ami", fix="pass an id like ami-0123abcd"
+        )
+    config = load_config(args.config)
+    targets = (
+        [target_for(catalog, args.image, args.profile)]
+        if args.profile
+        else image_targets(catalog, [args.image])
+    )
+    overrides = load_overrides(args.vars) if args.vars else None
+    report = check_targets(targets, allow_unverified=args.allow_unverified)
+    if not report.ok:
+        print_report(report, False, sys.stderr)
+        print("nodeforge: not promoted: fix the errors above first", file=sys.stderr)
+        return EXIT_VIOLATIONS
+    validate = ssh_validator(
+        catalog,
+        args.image,
+        report_root=args.report_dir or Path("build") / args.image / "promote",
+        ssh_user=config.ssh_user,
+        overrides=overrides,
+        overrides_path=args.vars,
+    )
+    try:
+        result = promote_ami(
+            clients_for(aws_session(config.region), config),
+            image=args.image,
+            ami_id=args.ami,
+            profiles=[t.profile for t in targets],
+            validate=validate,
+            progress=_progress(),
+            config_path=args.config,
+            profile_files={
+                t.profile.name: catalog.file_of("profiles", t.profile.name) for t in targets
+            },
+        )
+    except AwsError as exc:
+        print(f"nodeforge: promote failed: {exc}", file=sys.stderr)
+        return EXIT_VIOLATIONS
+    code = EXIT_OK if result.status == "published" else EXIT_VIOLATIONS
+    if args.json:
+        out.write(to_json(result.to_json()))
+        return code
+    rows = [
+        [run.profile, str(len(run.instances)), run.outcome, ", ".join(run.hosts) or "-"]
+        for run in result.runs
+    ]
+    lines = [
+        f"{result.status:9}{result.ami} ({result.image}) in {result.region}",
+        f"run      {result.run_id}",
+        "",
+        text_table(["profile", "nodes", "outcome", "hosts"], rows),
+        *(f"\n{run.profile}: {run.message}" for run in result.runs if run.message),
+    ]
+    if result.parameters:
+        lines += ["", *(f"ssm      {name}" for name in result.parameters)]
+        lines += [f"shared   {account}" for account in result.shared_with]
+        lines += [f"copy     {region} {ami}" for region, ami in result.copies.items()]
+    out.write("\n".join(lines) + "\n")
+    return code
+
+
+def prune(args: argparse.Namespace, out: TextIO) -> int:
+    if args.keep < 1:
+        raise InputError(
+            f"--keep {args.keep} would leave no validated AMI",
+            field="--keep",
+            fix="keep at least 1",
+        )
+    config = load_config(args.config)
+    try:
+        result = prune_amis(
+            clients_for(aws_session(config.region), config),
+            image=args.image,
+            keep=args.keep,
+            dry_run=args.dry_run,
+            progress=_progress(),
+        )
+    except AwsError as exc:
+        print(f"nodeforge: prune failed: {exc}", file=sys.stderr)
+        return EXIT_VIOLATIONS
+    if args.json:
+        out.write(to_json(result.to_json()))
+        return EXIT_OK
+    rows = [
+        [d.region, d.ami, d.created[:10], d.status or "-", d.action, "; ".join(d.reasons)]
+        for d in result.decisions
+    ]
+    deleted = sum(d.action == "delete" for d in result.decisions)
+    verb = "would delete" if args.dry_run else "deleted"
+    out.write(
+        text_table(["region", "ami", "created", "status", "action", "why"], rows)
+        + f"\n\n{args.image}: {verb} {deleted}, kept {len(rows) - deleted}\n"
+    )
+    return EXIT_OK

@@ -1,0 +1,265 @@
+"""promote(): launch, validate through the injected callable, then publish or retire the AMI."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+
+from nodeforge.aws import tags
+from nodeforge.aws.pipeline import PromoteResult, Validator, promote
+from nodeforge.catalog.loader import Catalog
+from nodeforge.errors import InputError
+from tests.aws.conftest import IMAGE, REGION, FakeClock, World, failure
+
+PARAMETER = f"/nodeforge/{IMAGE}/p5.48xlarge/ami-id"
+PARTNER = "111122223333"
+
+
+class FakeValidator:
+    def __init__(self, ok: bool, world: World) -> None:
+        self.ok = ok
+        self.world = world
+        self.calls: list[tuple[list[str], str, int]] = []
+
+    def __call__(self, hosts: list[str], profile: str) -> bool:
+        # what runs while validation does: the instances, up and reachable
+        self.calls.append((hosts, profile, len(self.world.live_instances())))
+        return self.ok
+
+
+def _promote(
+    world: World,
+    shipped: Catalog,
+    validate: Validator,
+    profiles: tuple[str, ...] = ("p5.48xlarge",),
+    **config: Any,
+) -> PromoteResult:
+    lines: list[str] = []
+    result = promote(
+        world.clients(**config),
+        image=IMAGE,
+        ami_id=world.ami_id,
+        profiles=[shipped.profiles[p] for p in profiles],
+        validate=validate,
+        progress=lines.append,
+        clock=FakeClock().clock(),
+        run_id="run-1",
+    )
+    assert any("launching" in line for line in lines)
+    return result
+
+
+def _parameters(world: World) -> list[str]:
+    ssm = world.session.client("ssm")
+    found = ssm.get_parameters_by_path(Path="/nodeforge", Recursive=True)["Parameters"]
+    return [p["Name"] for p in found]
+
+
+def _launch_permissions(world: World) -> list[str]:
+    attribute = world.ec2.describe_image_attribute(
+        ImageId=world.ami_id, Attribute="launchPermission"
+    )
+    return [p.get("UserId", "") for p in attribute.get("LaunchPermissions", [])]
+
+
+def test_pass_publishes_tags_shares_copies(world: World, shipped: Catalog) -> None:
+    validate = FakeValidator(True, world)
+    result = _promote(
+        world, shipped, validate, share_accounts=[PARTNER], copy_regions=["us-west-2"]
+    )
+    assert result.status == "published"
+    assert validate.calls[0][1:] == ("p5.48xlarge", 1)
+    assert len(validate.calls[0][0]) == 1
+    assert world.image_tags()[tags.STATUS] == tags.VALIDATED
+    ssm = world.session.client("ssm")
+    parameter = ssm.get_parameter(Name=PARAMETER)["Parameter"]
+    assert (parameter["Value"], parameter.get("DataType")) == (world.ami_id, "aws:ec2:image")
+    assert result.parameters == [PARAMETER]
+    assert _launch_permissions(world) == [PARTNER]
+    volume = world.ec2.describe_snapshot_attribute(
+        SnapshotId=world.snapshot_id, Attribute="createVolumePermission"
+    )
+    assert [p.get("UserId") for p in volume["CreateVolumePermissions"]] == [PARTNER]
+    copy = result.copies["us-west-2"]
+    west = world.session.client("ec2", region_name="us-west-2")
+    assert west.describe_images(ImageIds=[copy])["Images"]
+    (copy_request,) = world.fake.operations("CopyImage")
+    assert copy_request["SourceRegion"] == REGION
+    for spec in copy_request["TagSpecifications"]:
+        copied = tags.tag_map(spec["Tags"])
+        assert copied[tags.IMAGE] == IMAGE
+        assert copied[tags.SOURCE_AMI] == world.ami_id
+        assert copied[tags.STATUS] == tags.VALIDATED
+    # the validation instances are gone, their placement group too
+    assert world.live_instances() == []
+    assert world.fake.placement_groups == set()
+    assert world.fake.deleted_groups == ["nodeforge-run-1-p5.48xlarge"]
+    assert world.fake.deprecated == {}
+
+
+def test_launch_request_of_the_run(world: World, shipped: Catalog) -> None:
+    _promote(world, shipped, FakeValidator(True, world), key_name="ops", ttl_minutes=90)
+    (request,) = world.fake.operations("RunInstances")
+    assert request["ImageId"] == world.ami_id
+    assert request["InstanceType"] == "p5.48xlarge"
+    assert len(request["NetworkInterfaces"]) == 32
+    assert request["Placement"] == {"GroupName": "nodeforge-run-1-p5.48xlarge"}
+    instance_tags = tags.tag_map(request["TagSpecifications"][0]["Tags"])
+    assert instance_tags[tags.RUN_ID] == "run-1"
+    assert instance_tags[tags.TTL] == "2026-12-02T13:30:00Z"  # the fake clock's noon + 90 min
+    assert instance_tags[tags.IMAGE] == IMAGE
+
+
+def test_capacity_reservation_launches_without_a_fresh_placement_group(
+    world: World, shipped: Catalog
+) -> None:
+    capacity = {"p5.48xlarge": {"reservation_id": "cr-0123456789abcdef0", "capacity_block": True}}
+    _promote(world, shipped, FakeValidator(True, world), capacity=capacity)
+    (request,) = world.fake.operations("RunInstances")
+    assert "Placement" not in request
+    assert request["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert world.fake.operations("CreatePlacementGroup") == []
+
+
+def test_multinode_launches_two_and_validates_both(world: World, shipped: Catalog) -> None:
+    validate = FakeValidator(True, world)
+    result = _promote(world, shipped, validate, multinode=True)
+    assert result.status == "published"
+    hosts, _, running = validate.calls[0]
+    assert (len(hosts), running) == (2, 2)
+    assert world.live_instances() == []
+
+
+def test_failure_tags_failed_deprecates_publishes_nothing(world: World, shipped: Catalog) -> None:
+    result = _promote(
+        world,
+        shipped,
+        FakeValidator(False, world),
+        share_accounts=[PARTNER],
+        copy_regions=["us-west-2"],
+    )
+    assert result.status == "failed"
+    assert result.runs[0].outcome == "failed"
+    image_tags = world.image_tags()
+    assert image_tags[tags.STATUS] == tags.FAILED
+    assert image_tags[tags.FAILED_PROFILE] == "p5.48xlarge"
+    assert world.fake.deprecated[world.ami_id].startswith("2026-12-02T12:02:00")
+    assert _parameters(world) == []
+    assert _launch_permissions(world) == []
+    assert world.fake.operations("CopyImage") == []
+    assert world.live_instances() == []
+    assert world.fake.placement_groups == set()
+
+
+def test_first_failing_profile_stops_the_run(world: World, shipped: Catalog) -> None:
+    validate = FakeValidator(False, world)
+    result = _promote(world, shipped, validate, profiles=("p5.48xlarge", "p5en.48xlarge"))
+    assert [run.profile for run in result.runs] == ["p5.48xlarge"]
+    assert len(validate.calls) == 1
+
+
+def test_every_profile_passes_one_parameter_each(world: World, shipped: Catalog) -> None:
+    result = _promote(
+        world, shipped, FakeValidator(True, world), profiles=("p5.48xlarge", "p5en.48xlarge")
+    )
+    assert result.status == "published"
+    assert sorted(_parameters(world)) == [
+        PARAMETER,
+        f"/nodeforge/{IMAGE}/p5en.48xlarge/ami-id",
+    ]
+
+
+def test_no_capacity_leaves_the_ami_untouched(world: World, shipped: Catalog) -> None:
+    world.session.events.register(
+        "before-call.ec2.RunInstances",
+        lambda **_: failure("InsufficientInstanceCapacity", "no capacity", 500),
+    )
+    result = _promote(world, shipped, FakeValidator(True, world))
+    assert result.status == "incomplete"
+    assert result.runs[0].outcome == "no-capacity"
+    assert "another availability zone" in result.runs[0].message
+    assert world.image_tags()[tags.STATUS] == "built"
+    assert world.fake.deprecated == {}
+    assert _parameters(world) == []
+    assert world.fake.placement_groups == set()
+
+
+def test_unreachable_counts_as_failed(world: World, shipped: Catalog) -> None:
+    validate = FakeValidator(True, world)
+    result = _promote(world, shipped, validate, ready_timeout_s=1, poll_interval_s=5)
+    # moto's instances pass their checks at once: make them never do
+    assert result.status == "published"
+    world.session.events.register(
+        "before-call.ec2.DescribeInstanceStatus",
+        lambda **_: failure("InvalidInstanceID.NotFound", "not yet"),
+    )
+    world.ec2.create_tags(Resources=[world.ami_id], Tags=tags.tag_list({tags.STATUS: "built"}))
+    result = _promote(world, shipped, validate, ready_timeout_s=1, poll_interval_s=5)
+    assert result.status == "failed"
+    assert result.runs[0].outcome == "unreachable"
+    assert "not reachable after 1 s" in result.runs[0].message
+    assert len(validate.calls) == 1  # only the first run got as far as validating
+    assert world.image_tags()[tags.STATUS] == tags.FAILED
+    assert world.ami_id in world.fake.deprecated
+    assert world.live_instances() == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_halfway_leaves_nothing(world: World, shipped: Catalog, signum: int) -> None:
+    def interrupted(_hosts: list[str], _profile: str) -> bool:
+        os.kill(os.getpid(), signum)
+        pytest.fail("the signal should have interrupted validation")
+
+    before = signal.getsignal(signum)
+    with pytest.raises(KeyboardInterrupt):
+        _promote(world, shipped, interrupted, share_accounts=[PARTNER])
+    assert world.live_instances() == []
+    assert world.fake.placement_groups == set()
+    assert _parameters(world) == []
+    assert _launch_permissions(world) == []
+    assert world.image_tags()[tags.STATUS] == "built"
+    assert signal.getsignal(signum) is before
+
+
+def test_ami_of_another_image_is_bad_input(world: World, shipped: Catalog) -> None:
+    other, _ = world.make_ami("other-20261202", image="p6-ubuntu24.04")
+    world.fake.calls.clear()
+    with pytest.raises(InputError, match=r"tagged nodeforge:image=p6-ubuntu24.04, not p5"):
+        promote(
+            world.clients(),
+            image=IMAGE,
+            ami_id=other,
+            profiles=[shipped.profiles["p5.48xlarge"]],
+            validate=FakeValidator(True, world),
+        )
+    with pytest.raises(InputError, match="ami-0123456789abcdef0 does not exist in us-east-1"):
+        promote(
+            world.clients(),
+            image=IMAGE,
+            ami_id="ami-0123456789abcdef0",
+            profiles=[shipped.profiles["p5.48xlarge"]],
+            validate=FakeValidator(True, world),
+        )
+    assert world.fake.operations("RunInstances") == []
+
+
+def test_unknown_subnet_names_the_config_field(
+    world: World, shipped: Catalog, tmp_path: Any
+) -> None:
+    config_file = tmp_path / "pipeline.yml"
+    with pytest.raises(InputError) as caught:
+        promote(
+            world.clients(subnet_id="subnet-0123456789abcdef0"),
+            image=IMAGE,
+            ami_id=world.ami_id,
+            profiles=[shipped.profiles["p5.48xlarge"]],
+            validate=FakeValidator(True, world),
+            config_path=config_file,
+        )
+    text = str(caught.value)
+    assert text.startswith(f"{config_file}: field 'subnet_id': ")
+    assert "Fix: use a subnet of the configured region" in text
+    assert world.fake.placement_groups == set()

@@ -1,0 +1,129 @@
+"""prune(): the newest N validated AMIs stay, and so does anything still in use."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from moto.ec2.models import ec2_backends
+
+from nodeforge.aws import tags
+from nodeforge.aws.prune import PruneResult, prune
+from tests.aws.conftest import ACCOUNT, IMAGE, REGION, World
+
+
+def _amis(world: World, *statuses: str) -> list[tuple[str, str]]:
+    """AMIs created a day apart, oldest first, with the given statuses; (ami, snapshot) each."""
+    made = []
+    for day, status in enumerate(statuses, start=1):
+        ami, snapshot = world.make_ami(f"{IMAGE}-202611{day:02d}", status=status)
+        ec2_backends[ACCOUNT][REGION].amis[ami].creation_date = datetime(2026, 11, day)
+        made.append((ami, snapshot))
+    return made
+
+
+def _exists(world: World, ami: str) -> bool:
+    return bool(world.ec2.describe_images(Owners=["self"], ImageIds=[ami])["Images"])
+
+
+def _snapshot_exists(world: World, snapshot: str) -> bool:
+    found = world.ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]
+    return snapshot in {s["SnapshotId"] for s in found}
+
+
+def _decisions(result: PruneResult) -> dict[str, tuple[str, list[str]]]:
+    return {d.ami: (d.action, d.reasons) for d in result.decisions}
+
+
+def test_keeps_newest_deletes_rest_with_snapshots(world: World) -> None:
+    world.ec2.deregister_image(ImageId=world.ami_id)  # the fixture's own AMI is not part of this
+    (v1, s1), (v2, s2), (failed, s3), (v3, s4), (v4, s5), (built, s6) = _amis(
+        world, "validated", "validated", "failed", "validated", "validated", "built"
+    )
+    result = prune(world.clients(), image=IMAGE, keep=2, dry_run=False)
+    decisions = _decisions(result)
+    assert decisions[v4] == ("keep", ["one of the newest 2 validated"])
+    assert decisions[v3][0] == "keep"
+    assert decisions[built][0] == "keep"
+    assert "not judged yet" in decisions[built][1][0]
+    assert decisions[v1] == ("delete", ["validated, older than the newest 2"])
+    assert decisions[failed] == ("delete", ["failed validation"])
+    for ami, snapshot in ((v1, s1), (v2, s2), (failed, s3)):
+        assert not _exists(world, ami)
+        assert not _snapshot_exists(world, snapshot)
+    for ami, snapshot in ((v3, s4), (v4, s5), (built, s6)):
+        assert _exists(world, ami)
+        assert _snapshot_exists(world, snapshot)
+
+
+def test_never_deletes_what_is_in_use(world: World) -> None:
+    (by_ssm, _), (by_template, _), (by_instance, snapshot), (by_default, _), (newest, _) = _amis(
+        world, "validated", "validated", "failed", "validated", "validated"
+    )
+    world.session.client("ssm").put_parameter(
+        Name="/nodeforge/p5-ubuntu24.04/p5.48xlarge/ami-id",
+        Value=by_ssm,
+        Type="String",
+        DataType="aws:ec2:image",
+    )
+    world.ec2.create_launch_template(
+        LaunchTemplateName="training", LaunchTemplateData={"ImageId": by_default}
+    )
+    world.ec2.create_launch_template_version(
+        LaunchTemplateName="training", LaunchTemplateData={"ImageId": by_template}
+    )
+    world.ec2.run_instances(ImageId=by_instance, InstanceType="t3.micro", MinCount=1, MaxCount=1)
+
+    result = prune(world.clients(), image=IMAGE, keep=1, dry_run=False)
+    decisions = _decisions(result)
+    assert decisions[newest] == ("keep", ["one of the newest 1 validated"])
+    assert decisions[by_ssm] == (
+        "keep",
+        ["SSM parameter /nodeforge/p5-ubuntu24.04/p5.48xlarge/ami-id"],
+    )
+    assert decisions[by_template] == ("keep", ["launch template training version 2 (latest)"])
+    assert decisions[by_default] == ("keep", ["launch template training version 1 (default)"])
+    action, reasons = decisions[by_instance]
+    assert action == "keep"
+    assert reasons[0].startswith("instance i-")
+    assert reasons[0].endswith("(running)")
+    assert _snapshot_exists(world, snapshot)
+    # the fixture's AMI (status built) is the only other one, and it stays too
+    assert [d.action for d in result.decisions] == ["keep"] * 6
+
+
+def test_launch_template_through_an_ssm_reference(world: World) -> None:
+    ((old, _), (_newest, _)) = _amis(world, "validated", "validated")
+    world.session.client("ssm").put_parameter(Name="/team/ami", Value=old, Type="String")
+    world.ec2.create_launch_template(
+        LaunchTemplateName="inference", LaunchTemplateData={"ImageId": "resolve:ssm:/team/ami"}
+    )
+    result = prune(world.clients(), image=IMAGE, keep=1, dry_run=False)
+    assert _decisions(result)[old] == (
+        "keep",
+        ["launch template inference version 1 (latest and default)"],
+    )
+
+
+def test_dry_run_changes_nothing_and_says_why(world: World) -> None:
+    (old, snapshot), (newest, _) = _amis(world, "validated", "validated")
+    world.fake.calls.clear()
+    result = prune(world.clients(), image=IMAGE, keep=1, dry_run=True)
+    assert result.dry_run
+    decisions = _decisions(result)
+    assert decisions[old] == ("delete", ["validated, older than the newest 1"])
+    assert decisions[newest] == ("keep", ["one of the newest 1 validated"])
+    reported = {entry["ami"]: entry for entry in result.to_json()["amis"]}
+    assert reported[old]["snapshots"] == [snapshot]
+    assert _exists(world, old)
+    assert _snapshot_exists(world, snapshot)
+    changed = {op for _, op, _ in world.fake.calls if not op.startswith(("Describe", "Get"))}
+    assert changed == set()
+
+
+def test_other_images_are_not_touched(world: World) -> None:
+    other, _ = world.make_ami("p6-20261101", status="validated", image="p6-ubuntu24.04")
+    _amis(world, "validated", "validated")
+    result = prune(world.clients(), image=IMAGE, keep=1, dry_run=False)
+    assert other not in _decisions(result)
+    assert _exists(world, other)
+    assert world.image_tags()[tags.IMAGE] == IMAGE
