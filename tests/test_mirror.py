@@ -34,7 +34,7 @@ from tests.mirror import (
     write_overlay,
     write_stack_overlay,
 )
-from tests.mirror.spec import EFA_LOG_ENV
+from tests.mirror.efa import EFA_LOG_ENV
 
 CUDA_UBUNTU = "developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64"
 CUDA_DEBIAN = "developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64"
@@ -221,23 +221,31 @@ def test_tarball_checksum_and_signature_hold_until_a_byte_flips(
     assert verify_detached(mirror.key_path, built.signature, flipped) is None
 
 
-def test_tarballs_are_reproducible_and_the_efa_stub_records_its_arguments(
+def test_tarballs_are_reproducible_and_the_efa_stand_in_checks_its_flags(
     mirror: Mirror, tmp_path: Path
 ) -> None:
     gdrcopy = mirror.tarballs["github.com/NVIDIA/gdrcopy/archive/v2.5.1.tar.gz"]
     with tarfile.open(gdrcopy.file) as tar:
         assert tar.getnames()[0] == "gdrcopy-2.5.1"
     with tarfile.open(mirror.tarballs[EFA].file) as tar:
+        names = tar.getnames()
         tar.extractall(tmp_path, filter="data")
+    assert "aws-efa-installer/DEBS/DEBIAN12/x86_64/libnccl-ofi_1.22.0_amd64.deb" in names
     log = tmp_path / "efa.log"
     script = tmp_path / "aws-efa-installer/efa_installer.sh"
-    run = subprocess.run(
-        [script, "-y", "--skip-kmod"],
-        env={EFA_LOG_ENV: str(log), "PATH": "/usr/bin:/bin"},
-        check=False,
+    env = {EFA_LOG_ENV: str(log), "PATH": "/usr/bin:/bin"}
+    # what the real installer refuses, it refuses before installing anything
+    unknown = subprocess.run(
+        [script, "-y", "--frobnicate"], env=env, capture_output=True, check=False
     )
-    assert run.returncode == 0
-    assert log.read_text() == "-y --skip-kmod\n"
+    assert unknown.returncode == 1
+    assert b"unknown option --frobnicate" in unknown.stderr
+    bad_mpi = subprocess.run(
+        [script, "-y", "--mpi=openmpi9"], env=env, capture_output=True, check=False
+    )
+    assert bad_mpi.returncode == 1
+    assert b"not openmpi9" in bad_mpi.stderr
+    assert log.read_text() == "-y --frobnicate\n-y --mpi=openmpi9\n"
     again = build_mirror(tmp_path / "again", replace(default_spec(), repositories=()))
     assert again.sha256 == {p: t.sha256 for p, t in mirror.tarballs.items() if p in again.sha256}
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from nodeforge.nccl_launch import LAUNCHERS
 from nodeforge.probes import local_fact
 
 CAPABILITIES = ("gpu", "nvswitch", "efa", "multinode")
@@ -40,6 +41,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=(1, 2, 3, 4),
         default=1,
         help="dcgmi diag level where dcgmi is present (1: seconds, 2: about two minutes)",
+    )
+    group.addoption(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="mpirun",
+        help="multi-node NCCL launcher: the EFA installer's Open MPI with a hostfile of the "
+        "hosts, or Slurm's srun (run from a node of an allocation)",
     )
 
 

@@ -1,8 +1,9 @@
 """NCCL smoke at target stage: all_reduce_perf on one node and across nodes, number and path.
 
 nccl-tests comes from the nccl layer (its prefix in `nccl_tests_prefix`); across nodes it is
-launched by the EFA installer's Open MPI with a hostfile of the --hosts, never a home-made
-launcher. Thresholds and message sizes are the profile's baselines.
+launched by the EFA installer's Open MPI with a hostfile of the --hosts, or by Slurm's srun
+(`--launcher srun`), never a home-made launcher, with the NCCL environment of the aws_ofi_nccl
+layer. Thresholds and message sizes are the profile's baselines.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from typing import Any
 import pytest
 
 from nodeforge.acceptance import baseline_verdict, message_bytes, nccl_path_problems
+from nodeforge.nccl_launch import launch_line, parse_env_file
 from nodeforge.parsers.nccl_tests import busbw_at, parse_nccl_debug, parse_nccl_tests
+from nodeforge.probes import file_text
 
 pytestmark = [pytest.mark.gpu, pytest.mark.layer("nccl"), pytest.mark.stage("target")]
-MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
+NCCL_ENV = "/etc/nodeforge/nccl.env"
 
 
 def _binary(resolved: dict[str, Any]) -> str:
@@ -70,14 +73,16 @@ def test_multi_node_all_reduce(
     profile = nodeforge["profile"]
     baseline = profile["baselines"]["nccl_all_reduce_multi_node"]
     size = message_bytes(baseline["message_size"])
-    gpus = profile["gpu"]["count"]
-    hostfile = "\\n".join(f"{node} slots={gpus}" for node in nodes)
+    env = {**parse_env_file(file_text(host, NCCL_ENV) or ""), "NCCL_DEBUG": "INFO"}
+    sizes = ["-b", str(size), "-e", str(size)]
     run = host.run(
-        f"printf '{hostfile}\\n' > /tmp/nodeforge-hostfile && {MPIRUN} --allow-run-as-root "
-        f"-np {gpus * len(nodes)} -N {gpus} --hostfile /tmp/nodeforge-hostfile "
-        "--mca pml ^ucx --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0 --bind-to none "
-        f"-x NCCL_DEBUG=INFO -x LD_LIBRARY_PATH {_binary(resolved)} "
-        f"-b {size} -e {size} -g 1 -c 1 -n 20"
+        launch_line(
+            pytestconfig.getoption("--launcher"),
+            nodes=nodes,
+            gpus_per_node=profile["gpu"]["count"],
+            command=[_binary(resolved), *sizes, "-g", "1", "-c", "1", "-n", "20"],
+            env=env,
+        )
     )
     assert run.rc == 0, run.stderr
     gdr = profile["network"]["gpudirect_rdma"] == "required"

@@ -15,12 +15,15 @@ from typing import Any, TextIO
 
 from nodeforge import __version__
 from nodeforge.catalog.loader import load_catalog
+from nodeforge.commands import ami as ami_commands
 from nodeforge.commands import aws as aws_commands
 from nodeforge.commands import catalog as catalog_commands
+from nodeforge.commands import lock as lock_commands
 from nodeforge.commands import machines
 from nodeforge.commands.common import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_VIOLATIONS
 from nodeforge.errors import InputError
 from nodeforge.local.build import BuildFailedError
+from nodeforge.nccl_launch import LAUNCHERS
 from nodeforge.paths import SHIPPED_CATALOG
 
 KINDS = ("images", "stacks", "profiles", "os")
@@ -79,7 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("build", parents=[common], help="build an image")
     p.add_argument("image")
-    p.add_argument("--target", choices=("local",), required=True, help="where to build")
+    p.add_argument(
+        "--target",
+        choices=("local", "aws"),
+        required=True,
+        help="where to build: a local container image, or an AMI with Packer",
+    )
     p.add_argument("--profile", help="target profile (needed when the image has several)")
     p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
     p.add_argument(
@@ -88,9 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="converge a second time and fail unless it changes nothing (idempotence)",
     )
     p.add_argument(
-        "--work-dir", type=Path, metavar="DIR", help="logs and reports (default: build/IMAGE)"
+        "--work-dir",
+        type=Path,
+        metavar="DIR",
+        help="logs and reports (default: build/IMAGE; --target aws writes DIR/IMAGE)",
     )
     p.add_argument("--allow-unverified", action="store_true")
+    ami_commands.add_build_options(p)
 
     p = sub.add_parser("validate", parents=[common], help="run the validation suite on hosts")
     p.add_argument("image")
@@ -111,9 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="dcgmi diag level at target stage where dcgmi is present (default 1)",
     )
+    p.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="mpirun",
+        help="multi-node NCCL launcher: Open MPI with a hostfile of the hosts (default), "
+        "or Slurm's srun from a node of an allocation",
+    )
     p.add_argument("--allow-unverified", action="store_true")
 
     aws_commands.add_parsers(sub, common)
+
+    lock_commands.add_parser(sub, common)
 
     p = sub.add_parser("matrix", parents=[common], help="print the support matrix")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
@@ -162,6 +183,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         return aws_commands.promote(catalog, args, out)
     if command == "prune":
         return aws_commands.prune(args, out)
+    if command == "lock":
+        return lock_commands.lock(catalog, args, out)
     return catalog_commands.matrix(catalog, args.markdown, args.json, out)
 
 

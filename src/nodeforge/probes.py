@@ -65,3 +65,36 @@ def local_fact(host: Host, name: str) -> dict[str, Any]:
 def file_text(host: Host, path: str) -> str | None:
     result = host.run("cat %s", path)
     return result.stdout if result.rc == 0 else None
+
+
+def run_python(host: Host, python: str, script: str) -> CommandResult:
+    """`script` run by the node's `python`, from a file rather than stdin: multiprocessing's
+    spawn re-imports the main module by its path."""
+    return host.run(
+        f"f=$(mktemp --suffix .py) && cat >$f <<'NODEFORGE_PY'\n{script}\nNODEFORGE_PY\n"
+        f"{python} $f; rc=$?; rm -f $f; exit $rc"
+    )
+
+
+_FRAMEWORK_REPORT = """
+import importlib, importlib.metadata as md, json
+found = {}
+for module, dist in %s:
+    importlib.import_module(module)
+    found[dist] = md.version(dist)
+import torch
+found["torch.version.cuda"] = torch.version.cuda
+found["torch.cuda.nccl"] = (
+    ".".join(map(str, torch.cuda.nccl.version())) if torch.version.cuda else None
+)
+print(json.dumps(found))
+"""
+
+
+def framework_report(host: Host, python: str, modules: list[tuple[str, str]]) -> dict[str, Any]:
+    """Import each (module, distribution) in the node's `python`: the distributions' versions,
+    torch's CUDA version and the NCCL torch carries (None for a CPU build)."""
+    run = run_python(host, python, _FRAMEWORK_REPORT % repr(modules))
+    assert run.rc == 0, f"{python}: the frameworks do not import: {run.stderr.strip()[-800:]}"
+    found: dict[str, Any] = json.loads(run.stdout.splitlines()[-1])
+    return found

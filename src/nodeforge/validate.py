@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nodeforge.errors import InputError
+from nodeforge.nccl_launch import Launcher
 from nodeforge.paths import VALIDATION_SUITE
 
 Stage = Literal["build", "target"]
@@ -45,6 +46,7 @@ def run_validation(
     report_dir: Path,
     parallel: bool = False,
     dcgm_level: int = 1,
+    launcher: Launcher = "mpirun",
 ) -> ValidationRun:
     """pytest over validation/ for `hosts` (testinfra's --hosts: podman://, ssh://, ansible://)."""
     if not VALIDATION_SUITE.is_dir():
@@ -62,6 +64,7 @@ def run_validation(
         f"--nodeforge-vars={vars_path}",
         f"--stage={stage}",
         f"--dcgm-level={dcgm_level}",
+        f"--launcher={launcher}",
         f"--junitxml={junit}",
         f"--nodeforge-report={json_report}",
         "-p",

@@ -1,14 +1,30 @@
 """Integration tests need podman and debootstrap. Where they are missing the tests skip with
-the reason, unless NODEFORGE_REQUIRE_PODMAN=1 (CI, `make test`) turns that into a failure."""
+the reason, unless NODEFORGE_REQUIRE_PODMAN=1 (CI, `make test`) turns that into a failure.
+
+`make test` runs them on several pytest-xdist workers (`--dist loadgroup`): Molecule scenarios
+side by side, and every test that builds or boots the local image in the one group
+`local_image`, on one worker, since they share its tag and count build containers.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nodeforge.local.baseimage import ensure_base_image
+from nodeforge.local.podman import image_exists
+from tests.conftest import REPO
+
+LOCAL_IMAGE = "local-debian13"
+LOCAL_IMAGE_REF = f"localhost/nodeforge/{LOCAL_IMAGE}:{LOCAL_IMAGE}"
+local_image_group = pytest.mark.xdist_group("local_image")
 
 
 def require_podman() -> None:
@@ -29,3 +45,47 @@ def base_images() -> dict[str, str]:
         "NODEFORGE_BASE_DEBIAN12": ensure_base_image("bookworm"),
         "NODEFORGE_BASE_DEBIAN13": ensure_base_image("trixie"),
     }
+
+
+@pytest.fixture(scope="session")
+def local_image() -> str:
+    """The embedded default image, as `make quickstart` leaves it; built here when missing."""
+    require_podman()
+    if not image_exists(LOCAL_IMAGE_REF):
+        subprocess.run(
+            [sys.executable, "-m", "nodeforge.cli", "build", LOCAL_IMAGE, "--target", "local"],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        )
+    return LOCAL_IMAGE_REF
+
+
+def run_playbook(
+    container: str, playbook: str, work_dir: Path, extra_vars: dict[str, Any] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook with the repo's ansible.cfg against one booted container."""
+    path = work_dir / "playbook.yml"
+    path.write_text(playbook, encoding="utf-8")
+    inventory = work_dir / "inventory.json"
+    host = {
+        "ansible_connection": "containers.podman.podman",
+        "ansible_python_interpreter": "/usr/bin/python3",
+    }
+    inventory.write_text(json.dumps({"all": {"hosts": {container: host}}}), encoding="utf-8")
+    venv_bin = Path(sys.executable).parent
+    argv = [str(venv_bin / "ansible-playbook"), "-i", str(inventory), str(path)]
+    if extra_vars:
+        argv += ["--extra-vars", json.dumps(extra_vars)]
+    return subprocess.run(
+        argv,
+        cwd=REPO,
+        env={
+            **os.environ,
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}",
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, SHIPPED
-from tests.integration.conftest import require_podman
+from tests.integration.conftest import LOCAL_IMAGE_REF, local_image_group, require_podman
 from tests.mirror import build_mirror, default_spec, serve, write_overrides, write_stack_overlay
 
-IMAGE_REF = "localhost/nodeforge/local-debian13:local-debian13"
+pytestmark = local_image_group
 
 
 def _nodeforge(
@@ -178,13 +178,13 @@ def test_build_reconverges_to_zero_changes(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
-    assert summary["image_ref"] == IMAGE_REF
+    assert summary["image_ref"] == LOCAL_IMAGE_REF
     assert summary["changed"] > 0
     assert summary["reconverge"]["changed"] == 0
     assert summary["validation"]["failed"] == 0
     assert summary["validation"]["passed"] >= 10
     assert summary["bom"]["kernel"].startswith("linux-image-cloud-amd64 ")
-    assert _image_id(IMAGE_REF) is not None
+    assert _image_id(LOCAL_IMAGE_REF) is not None
     assert _build_containers() == []
     # live progress went to stderr, task by task
     assert "base : Packages | install what is missing" in result.stderr
@@ -192,7 +192,7 @@ def test_build_reconverges_to_zero_changes(tmp_path: Path) -> None:
 
 def test_ctrl_c_leaves_no_container_and_no_new_tag(tmp_path: Path) -> None:
     require_podman()
-    before = _image_id(IMAGE_REF)
+    before = _image_id(LOCAL_IMAGE_REF)
     process = subprocess.Popen(
         [
             sys.executable,
@@ -220,4 +220,4 @@ def test_ctrl_c_leaves_no_container_and_no_new_tag(tmp_path: Path) -> None:
     process.communicate(timeout=120)
     assert process.returncode == 130
     assert _build_containers() == []
-    assert _image_id(IMAGE_REF) == before
+    assert _image_id(LOCAL_IMAGE_REF) == before

@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from nodeforge.lock import read_lock
 from tests.conftest import REPO
+from tests.mirror import build_mirror, default_spec, molecule_env, serve
+from tests.mirror.pypi import CI_LOCK, pypi_env, serve_pypi
 
 SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
 
@@ -19,10 +23,27 @@ def test_every_role_has_a_scenario() -> None:
     assert roles == SCENARIOS
 
 
+@pytest.fixture(scope="session")
+def test_mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The stub NVIDIA/EFA mirror and the locks' PyPI index on loopback, for scenarios of
+    layers Debian cannot serve."""
+    mirror = build_mirror(tmp_path_factory.mktemp("mirror"), default_spec())
+    locks = [read_lock(CI_LOCK)]
+    with serve(mirror) as served, serve_pypi(tmp_path_factory.mktemp("pypi"), locks) as pypi:
+        yield {**molecule_env(served.mirror), **pypi_env(pypi)}
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_scenario(scenario: str, base_images: dict[str, str], tmp_path: Path) -> None:
+def test_scenario(
+    scenario: str, base_images: dict[str, str], test_mirror: dict[str, str], tmp_path: Path
+) -> None:
     venv_bin = str(Path(sys.executable).parent)
-    env = {**os.environ, **base_images, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        **base_images,
+        **test_mirror,
+        "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}",
+    }
     result = subprocess.run(
         [f"{venv_bin}/molecule", "test", "--scenario-name", scenario],
         cwd=REPO,

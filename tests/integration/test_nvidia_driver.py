@@ -5,17 +5,12 @@ The role must say so with the make.log lines that matter and leave no driver pac
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from nodeforge.local.podman import SystemdContainer, image_exists
-from tests.conftest import REPO
-from tests.integration.conftest import require_podman
+from nodeforge.local.podman import SystemdContainer
+from tests.integration.conftest import local_image_group, run_playbook
 
-IMAGE_REF = "localhost/nodeforge/local-debian13:local-debian13"
+pytestmark = local_image_group
 PLAYBOOK = """
 - name: A driver that does not build for the image kernel
   hosts: all
@@ -29,38 +24,10 @@ PLAYBOOK = """
 """
 
 
-def test_dkms_failure_is_reported_and_rolled_back(tmp_path: Path) -> None:
-    require_podman()
-    if not image_exists(IMAGE_REF):
-        # the local build carries the base layer: the Debian 13 kernel and its headers, held
-        subprocess.run(
-            [sys.executable, "-m", "nodeforge.cli", "build", "local-debian13", "--target", "local"],
-            cwd=REPO,
-            check=True,
-            capture_output=True,
-        )
-    playbook = tmp_path / "driver.yml"
-    playbook.write_text(PLAYBOOK, encoding="utf-8")
-    with SystemdContainer(IMAGE_REF) as node:
-        inventory = tmp_path / "inventory.yml"
-        host = {
-            "ansible_connection": "containers.podman.podman",
-            "ansible_python_interpreter": "/usr/bin/python3",
-        }
-        inventory.write_text(json.dumps({"all": {"hosts": {node.name: host}}}), encoding="utf-8")
-        venv_bin = Path(sys.executable).parent
-        result = subprocess.run(
-            [str(venv_bin / "ansible-playbook"), "-i", str(inventory), str(playbook)],
-            cwd=REPO,
-            env={
-                **os.environ,
-                "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-                "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}",
-            },
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+def test_dkms_failure_is_reported_and_rolled_back(local_image: str, tmp_path: Path) -> None:
+    # the local image carries the base layer: the Debian 13 kernel and its headers, held
+    with SystemdContainer(local_image) as node:
+        result = run_playbook(node.name, PLAYBOOK, tmp_path)
         output = result.stdout + result.stderr
         assert result.returncode != 0
         assert "did not build through DKMS for kernel 6.12" in output

@@ -10,25 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge.local.podman import SystemdContainer, image_exists
+from nodeforge.local.podman import SystemdContainer
 from tests.conftest import REPO
-from tests.integration.conftest import require_podman
+from tests.integration.conftest import local_image_group
 
-IMAGE_REF = "localhost/nodeforge/local-debian13:local-debian13"
+pytestmark = local_image_group
 
 
 @pytest.fixture(scope="module")
-def node() -> Iterator[str]:
+def node(local_image: str) -> Iterator[str]:
     """A booted instance of the local image: what a target-stage run meets on a GPU-less host."""
-    require_podman()
-    if not image_exists(IMAGE_REF):
-        subprocess.run(
-            [sys.executable, "-m", "nodeforge.cli", "build", "local-debian13", "--target", "local"],
-            cwd=REPO,
-            check=True,
-            capture_output=True,
-        )
-    with SystemdContainer(IMAGE_REF) as container:
+    with SystemdContainer(local_image) as container:
         yield container.name
 
 
@@ -100,8 +92,8 @@ def test_build_stage_hygiene_catches_a_booted_instance(node: str, tmp_path: Path
     assert "test_machine_id_empty" in failed[0]
 
 
-def test_two_nodes_in_parallel(node: str, tmp_path: Path) -> None:
-    with SystemdContainer(IMAGE_REF) as second:
+def test_two_nodes_in_parallel(node: str, local_image: str, tmp_path: Path) -> None:
+    with SystemdContainer(local_image) as second:
         result = subprocess.run(
             [
                 sys.executable,

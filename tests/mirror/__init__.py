@@ -8,7 +8,7 @@ signed by a throwaway key, served on loopback. A test fixture, never a product d
 
 from tests.mirror.apt import IsolatedApt
 from tests.mirror.aptrepo import BuiltRepo, RepoSpec, build_repo
-from tests.mirror.build import Mirror, Served, build_mirror, serve
+from tests.mirror.build import Mirror, Served, build_mirror, molecule_env, serve
 from tests.mirror.debs import DebSpec, build_deb
 from tests.mirror.gpg import SigningKey, throwaway_key, verify_detached
 from tests.mirror.overlay import (
@@ -44,6 +44,7 @@ __all__ = [
     "build_repo",
     "build_tarball",
     "default_spec",
+    "molecule_env",
     "serve",
     "serve_directory",
     "stack_overrides",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -73,3 +74,13 @@ def build_mirror(root: Path, spec: MirrorSpec) -> Mirror:
 def serve(mirror: Mirror) -> Iterator[Served]:
     with serve_directory(mirror.root) as server:
         yield Served(mirror.served_at(server.url), server)
+
+
+def molecule_env(mirror: Mirror) -> dict[str, str]:
+    """What Molecule scenarios read to reach a served mirror: its base URL, the throwaway key's
+    fingerprint that signed the repositories and tarballs on it, the tarballs' sha256 (JSON)."""
+    return {
+        "NODEFORGE_TEST_MIRROR": mirror.url_of(""),
+        "NODEFORGE_TEST_MIRROR_FINGERPRINT": mirror.fingerprint,
+        "NODEFORGE_TEST_MIRROR_SHA256": json.dumps(mirror.sha256, sort_keys=True),
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -90,11 +91,14 @@ def build_deb(spec: DebSpec, out_dir: Path) -> Path:
             _write(tree / "DEBIAN" / name, script, 0o755)
         for folder in [tree, *(p for p in tree.rglob("*") if p.is_dir() and not p.is_symlink())]:
             folder.chmod(0o755)
+        # SOURCE_DATE_EPOCH makes dpkg-deb stamp every member and the ar header alike, so the
+        # same spec gives the same bytes (tarballs that carry debs keep a stable sha256).
         result = subprocess.run(
             ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(target)],
             capture_output=True,
             text=True,
             check=False,
+            env={**os.environ, "SOURCE_DATE_EPOCH": "0"},
         )
         if result.returncode != 0:
             raise RuntimeError(f"dpkg-deb failed for {spec.name}: {result.stderr}")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from tests.mirror.aptrepo import RepoSpec
 from tests.mirror.debs import DebSpec
+from tests.mirror.efa import efa_installer_tarball
 from tests.mirror.gpg import STUB_UID
 from tests.mirror.tarballs import TarballSpec
 
@@ -22,7 +23,6 @@ NCCL_TESTS = "2.17.6"
 CONTAINER_TOOLKIT = "1.18.0-1"
 CUDA_REPO_HOST = "developer.download.nvidia.com/compute/cuda/repos"
 CUDA_REPO_KEY = "3bf863cc.pub"
-EFA_LOG_ENV = "NODEFORGE_EFA_STUB_LOG"
 
 
 @dataclass(frozen=True)
@@ -197,25 +197,6 @@ echo "NVIDIA Container Toolkit CLI version {CONTAINER_TOOLKIT.partition("-")[0]}
     )
 
 
-def efa_installer_tarball(version: str = EFA_INSTALLER) -> TarballSpec:
-    script = f"""#!/bin/sh
-# nodeforge test stub of the AWS EFA installer {version}: records its arguments, installs nothing.
-log="${{{EFA_LOG_ENV}:-/var/log/nodeforge-efa-installer-stub.log}}"
-mkdir -p "$(dirname "$log")"
-printf '%s\\n' "$*" >> "$log"
-echo "nodeforge test stub: EFA installer {version} called with: $*"
-exit 0
-"""
-    return TarballSpec(
-        path=f"efa-installer.amazonaws.com/aws-efa-installer-{version}.tar.gz",
-        files={
-            "aws-efa-installer/efa_installer.sh": script,
-            "aws-efa-installer/README.stub": "nodeforge test stub of the AWS EFA installer\n",
-        },
-        signed=True,
-    )
-
-
 def github_archive(repo: str, version: str) -> TarballSpec:
     """GitHub's `archive/v<ver>.tar.gz`: one top folder `<name>-<ver>`."""
     top = f"{repo.split('/')[1]}-{version}"
@@ -240,7 +221,7 @@ def default_spec() -> MirrorSpec:
             container_toolkit_repo(),
         ),
         tarballs=(
-            efa_installer_tarball(),
+            efa_installer_tarball(EFA_INSTALLER),
             github_archive("NVIDIA/gdrcopy", GDRCOPY),
             github_archive("NVIDIA/nccl-tests", NCCL_TESTS),
         ),

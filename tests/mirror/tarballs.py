@@ -6,10 +6,12 @@ import gzip
 import hashlib
 import io
 import tarfile
+import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.mirror.debs import DebSpec, build_deb
 from tests.mirror.gpg import SigningKey
 
 
@@ -18,11 +20,13 @@ class TarballSpec:
     """A tarball at `path` under the mirror root (upstream host and path, no scheme).
 
     `files` are archive member paths; a member whose content starts with `#!` is executable.
+    `debs` maps an archive folder to stub packages built into it (the EFA installer's DEBS/).
     `signed` publishes a binary detached signature at `<path>.sig`, as AWS does for EFA.
     """
 
     path: str
     files: Mapping[str, str | bytes]
+    debs: Mapping[str, tuple[DebSpec, ...]] = field(default_factory=dict)
     signed: bool = False
 
 
@@ -66,9 +70,21 @@ def tar_bytes(files: Mapping[str, str | bytes]) -> bytes:
 def build_tarball(root: Path, spec: TarballSpec, key: SigningKey) -> BuiltTarball:
     target = root / spec.path.strip("/")
     target.parent.mkdir(parents=True, exist_ok=True)
-    data = tar_bytes(spec.files)
+    data = tar_bytes({**spec.files, **_deb_members(spec.debs)})
     target.write_bytes(data)
     signature = None
     if spec.signed:
         signature = key.detach_sign(target, target.with_name(target.name + ".sig"))
     return BuiltTarball(spec, target, hashlib.sha256(data).hexdigest(), signature)
+
+
+def _deb_members(debs: Mapping[str, tuple[DebSpec, ...]]) -> dict[str, bytes]:
+    built: dict[str, bytes] = {}  # by file name: folders share their packages
+    members: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory(prefix="nf-tar-debs-") as tmp:
+        for folder, packages in debs.items():
+            for package in packages:
+                if package.filename not in built:
+                    built[package.filename] = build_deb(package, Path(tmp)).read_bytes()
+                members[f"{folder}/{package.filename}"] = built[package.filename]
+    return members

@@ -383,12 +383,59 @@ class PyTorch(Model):
     variant: str = Field(pattern=r"^(cu\d{3}|cpu)$")
 
 
+Framework = Literal["pytorch", "megatron_core", "transformers", "accelerate", "vllm"]
+"""The pinned frameworks of a stack, by their field name under `frameworks`."""
+
+# Relative to the catalog directory, so that a catalog (and its locks) can move as one folder.
+LockPath = Annotated[
+    str, Field(pattern=r"^locks/([A-Za-z0-9._-]+/)*[A-Za-z0-9_-][A-Za-z0-9._-]*\.txt$")
+]
+
+
+class PythonEnvironment(Model):
+    """One virtual environment of the python_ml layer, installed from a hash-checked lock."""
+
+    frameworks: list[Framework] = Field(min_length=1)
+    locks: dict[Arch, LockPath] = Field(default_factory=dict)
+    """The lock per architecture (`nodeforge lock` writes it); none yet: the layer refuses it."""
+
+    @model_validator(mode="after")
+    def _own_torch(self) -> PythonEnvironment:
+        # each environment carries its own torch: vLLM pins torch, so they cannot share one
+        if "pytorch" not in self.frameworks:
+            raise ValueError("frameworks must list pytorch: every environment has its own torch")
+        if len(set(self.frameworks)) != len(self.frameworks):
+            raise ValueError("frameworks lists a framework twice")
+        return self
+
+
 class Frameworks(Model):
     python: VersionStr
     pytorch: PyTorch
     vllm: PythonPackage | None = None
     megatron_core: PythonPackage | None = None
     transformers: PythonPackage | None = None
+    accelerate: PythonPackage | None = None
+    environments: dict[Name, PythonEnvironment] = Field(default_factory=dict)
+
+    def pin(self, framework: Framework) -> str:
+        """The pinned version of a framework the stack sets (checked by the validator)."""
+        if framework == "pytorch":
+            return self.pytorch.version
+        package: PythonPackage | None = getattr(self, framework)
+        assert package is not None
+        return package.version
+
+    @model_validator(mode="after")
+    def _pinned(self) -> Frameworks:
+        for name, environment in self.environments.items():
+            for framework in environment.frameworks:
+                if framework != "pytorch" and getattr(self, framework) is None:
+                    raise ValueError(
+                        f"environment '{name}' lists {framework}, which has no version: "
+                        f"set frameworks.{framework}.version"
+                    )
+        return self
 
 
 class Stack(Model):

@@ -81,6 +81,7 @@ def validate(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         report_dir=report_dir,
         parallel=args.parallel,
         dcgm_level=args.dcgm_level,
+        launcher=args.launcher,
     )
     if args.json:
         out.write(to_json({**run.report, "junit": str(run.junit), "json": str(run.json_report)}))

@@ -7,6 +7,7 @@ package list or mirror builds a new image and an unchanged one is never rebuilt.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -15,7 +16,8 @@ import subprocess
 import sys
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from nodeforge.errors import InputError
@@ -69,9 +71,29 @@ def ensure_base_image(suite: str, *, progress: Progress | None = None) -> str:
     podman.podman_path()  # fail with the install hint before any work
     key = cache_key(suite)
     ref = base_image_ref(suite, key)
-    if podman.image_exists(ref):
-        say(f"base image {ref} is cached")
-        return ref
+    with _build_lock(suite):
+        if podman.image_exists(ref):
+            say(f"base image {ref} is cached")
+            return ref
+        _build(suite, ref, key, say)
+    say(f"built base image {ref}")
+    return ref
+
+
+@contextmanager
+def _build_lock(suite: str) -> Iterator[None]:
+    """One builder per suite on this machine: parallel test workers and Molecule runs that
+    all find the image missing would otherwise debootstrap it side by side."""
+    # Read-only so that a user who only uses the cached image can take a lock root created.
+    fd = os.open(f"/var/tmp/nodeforge-base-{suite}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _build(suite: str, ref: str, key: str, say: Progress) -> None:
     debootstrap = _debootstrap_path()
     # /var/tmp, not /tmp: a tmpfs /tmp is often too small or mounted nodev for a root tree.
     root = Path(tempfile.mkdtemp(prefix=f"nodeforge-base-{suite}-", dir="/var/tmp"))
@@ -83,8 +105,6 @@ def ensure_base_image(suite: str, *, progress: Progress | None = None) -> str:
     finally:
         # Runs on KeyboardInterrupt too; a half-built tree is never reused.
         _remove_tree(root)
-    say(f"built base image {ref}")
-    return ref
 
 
 def _debootstrap_path() -> str:

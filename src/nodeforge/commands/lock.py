@@ -1,0 +1,134 @@
+"""`nodeforge lock STACK`: write the hash-checked locks of the stack's Python environments."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TextIO, TypeVar, get_args
+
+from nodeforge.catalog.loader import Catalog
+from nodeforge.catalog.models import Arch
+from nodeforge.commands.common import EXIT_OK, EXIT_VIOLATIONS
+from nodeforge.errors import InputError
+from nodeforge.lock import (
+    LockFailedError,
+    LockRequest,
+    lock_environment,
+    render_lock,
+    request_for,
+)
+from nodeforge.render import to_json
+
+# The CLI's own ArgumentParser subclass, whatever it is
+P = TypeVar("P", bound=argparse.ArgumentParser)
+
+
+def add_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
+    p = sub.add_parser(
+        "lock",
+        parents=[common],
+        help="resolve and write the hash-checked locks of a stack's Python environments",
+    )
+    p.add_argument("stack")
+    p.add_argument("--environment", action="append", metavar="NAME", help="default: all")
+    p.add_argument("--arch", action="append", choices=get_args(Arch), help="default: the stack's")
+    p.add_argument("--python", metavar="X.Y", help="default: the stack's frameworks.python")
+    p.add_argument(
+        "--torch-variant", metavar="VARIANT", help="cpu, cu126, ...: default the stack's"
+    )
+    p.add_argument(
+        "--platform",
+        metavar="TAG",
+        help="newest wheel platform tag the target runs (default: manylinux_2_34_<arch>)",
+    )
+    p.add_argument(
+        "--index-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="first is the index, the rest extra indexes "
+        "(default: the variant's PyTorch index, then PyPI)",
+    )
+    p.add_argument("--find-links", action="append", default=[], metavar="DIR_OR_URL")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="one lock: write it here")
+
+
+def lock(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+    stack = catalog.stacks.get(args.stack)
+    if stack is None:
+        raise InputError(
+            f"no stack '{args.stack}'",
+            file=catalog.root / "stacks",
+            fix=f"pick one of: {', '.join(sorted(catalog.stacks))}",
+        )
+    stack_file = catalog.file_of("stacks", stack.name)
+    environments = args.environment or (
+        list(stack.frameworks.environments) if stack.frameworks else []
+    )
+    arches = args.arch or stack.architectures
+    if not environments:
+        raise InputError(
+            "the stack has no Python environments",
+            file=stack_file,
+            field="frameworks.environments",
+            fix="add frameworks.environments (e.g. train: {frameworks: [pytorch, ...]})",
+        )
+    if args.output is not None and len(environments) * len(arches) > 1:
+        raise InputError(
+            "-o writes one lock: name one --environment and one --arch with it",
+            fix="drop -o to write every lock to the path the stack gives it",
+        )
+    if args.platform and len(arches) > 1:
+        raise InputError(
+            "a --platform tag belongs to one architecture", fix="add --arch with --platform"
+        )
+    written: list[dict[str, str]] = []
+    failed = 0
+    for environment in environments:
+        for arch in arches:
+            request = request_for(
+                stack,
+                environment,
+                arch,
+                python=args.python,
+                torch_variant=args.torch_variant,
+                platform=args.platform,
+                index_urls=tuple(args.index_url),
+                find_links=tuple(args.find_links),
+            )
+            path = args.output or _stack_path(catalog, stack_file, request)
+            if args.output is None and request.overrides():
+                raise InputError(
+                    f"a lock with overrides ({request.overrides()}) is not the stack's lock",
+                    fix="write it elsewhere with -o FILE",
+                )
+            try:
+                result = lock_environment(request)
+            except LockFailedError as exc:
+                # no hashes are invented for what could not be resolved: nothing is written
+                print(f"nodeforge: lock failed, {path} not written: {exc}", file=sys.stderr)
+                failed += 1
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(render_lock(result), encoding="utf-8")
+            written.append({"environment": environment, "arch": arch, "lock": str(path)})
+            if not args.json:
+                out.write(f"{path}: {len(result.requirements)} requirements\n")
+    if args.json:
+        out.write(to_json({"written": written, "failed": failed}))
+    return EXIT_VIOLATIONS if failed else EXIT_OK
+
+
+def _stack_path(catalog: Catalog, stack_file: Path, request: LockRequest) -> Path:
+    environment, arch = request.environment, request.arch
+    relative = request.frameworks.environments[environment].locks.get(arch)
+    if relative is None:
+        raise InputError(
+            f"environment '{environment}' names no lock for {arch}",
+            file=stack_file,
+            field=f"frameworks.environments.{environment}.locks.{arch}",
+            fix=f"add locks.{arch}: locks/{request.stack}/{environment}-{arch}.txt, "
+            "or pass -o FILE",
+        )
+    return catalog.root / relative

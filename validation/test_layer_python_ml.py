@@ -1,0 +1,176 @@
+"""python_ml layer: each environment against its lock from this repository, then torch on GPUs.
+
+The expected versions are the repository's lock files (images/locks/, named by the stack in the
+resolved vars), never the copy the role leaves beside an environment.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from nodeforge.catalog.models import Framework
+from nodeforge.lock import FRAMEWORK_DISTRIBUTIONS, Lock, canonical, read_lock, variant_cuda
+from nodeforge.paths import SHIPPED_CATALOG
+from nodeforge.probes import framework_report, package_version, run_python
+
+pytestmark = pytest.mark.layer("python_ml")
+DEFAULT_PREFIX = "/opt/nodeforge/envs"
+
+GPUS = """
+import json, torch
+print(json.dumps({"available": torch.cuda.is_available(), "count": torch.cuda.device_count()}))
+"""
+
+ALL_REDUCE = """
+import os, sys
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+def rank_main(rank, world, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world)
+    value = torch.ones(1 << 20, device="cuda") * (rank + 1)
+    dist.all_reduce(value)
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+    expected = world * (world + 1) / 2
+    if not bool((value == expected).all()):
+        sys.exit(f"rank {rank}: all_reduce gave {value[0].item()}, expected {expected}")
+
+if __name__ == "__main__":
+    world = torch.cuda.device_count()
+    mp.spawn(rank_main, args=(world, 29533), nprocs=world, join=True)
+    print("all_reduce ok", world)
+"""
+
+
+def _environments(nodeforge: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    frameworks = nodeforge["stack"]["frameworks"] or {}
+    environments: dict[str, dict[str, Any]] = frameworks.get("environments", {})
+    return environments
+
+
+def _prefix(resolved: dict[str, Any]) -> str:
+    prefix: str = resolved.get("python_ml_prefix", DEFAULT_PREFIX)
+    return prefix
+
+
+def _lock(nodeforge: dict[str, Any], name: str, environment: dict[str, Any]) -> Lock:
+    relative = environment["locks"].get(nodeforge["arch"])
+    assert relative, f"environment {name} has no lock for {nodeforge['arch']} in the stack"
+    return read_lock(SHIPPED_CATALOG / relative)
+
+
+def _report(host: Any, python: str, frameworks: list[Framework]) -> dict[str, Any]:
+    pairs = [FRAMEWORK_DISTRIBUTIONS[f][::-1] for f in frameworks]
+    return framework_report(host, python, pairs)
+
+
+@pytest.fixture
+def reports(host: Any, resolved: dict[str, Any], nodeforge: dict[str, Any]) -> dict[str, Any]:
+    """Per environment: what imports report (versions, torch's CUDA and NCCL), and the lock."""
+    environments = _environments(nodeforge)
+    assert environments, "the python_ml layer is on but the stack names no environments"
+    return {
+        name: (
+            _report(host, f"{_prefix(resolved)}/{name}/bin/python", environment["frameworks"]),
+            _lock(nodeforge, name, environment),
+        )
+        for name, environment in environments.items()
+    }
+
+
+def test_frameworks_import_at_the_locked_versions(
+    reports: dict[str, tuple[dict[str, Any], Lock]], record_property: Any
+) -> None:
+    declared: dict[str, dict[str, str]] = {}
+    actual: dict[str, dict[str, str]] = {}
+    for name, (found, lock) in reports.items():
+        locked = lock.versions()
+        dists = [d for d in found if not d.startswith("torch.")]
+        declared[name] = {d: locked.get(canonical(d), "not locked") for d in dists}
+        actual[name] = {d: found[d] for d in dists}
+    record_property("declared", declared)
+    record_property("actual", actual)
+    assert actual == declared
+
+
+def test_torch_variant_is_the_stack_s(
+    reports: dict[str, tuple[dict[str, Any], Lock]], nodeforge: dict[str, Any], record_property: Any
+) -> None:
+    variant = nodeforge["stack"]["frameworks"]["pytorch"]["variant"]
+    record_property("declared", {"variant": variant, "cuda": variant_cuda(variant)})
+    record_property("actual", {n: found["torch.version.cuda"] for n, (found, _) in reports.items()})
+    for name, (found, _) in reports.items():
+        assert found["torch"].endswith(f"+{variant}"), f"{name}: torch {found['torch']}"
+        assert found["torch.version.cuda"] == variant_cuda(variant), name
+
+
+def test_torch_nccl_beside_the_system_nccl(
+    host: Any,
+    reports: dict[str, tuple[dict[str, Any], Lock]],
+    nodeforge: dict[str, Any],
+    record_property: Any,
+) -> None:
+    # Recorded, not judged: each torch wheel carries its own NCCL, which may differ from the
+    # system's (the one nccl-tests and the EFA plugin are built against).
+    record_property(
+        "system_nccl",
+        {
+            "declared": nodeforge["stack"]["nccl"]["version"],
+            "libnccl2": package_version(host, "libnccl2"),
+        },
+    )
+    record_property(
+        "torch_nccl", {n: found["torch.cuda.nccl"] for n, (found, _) in reports.items()}
+    )
+    if all(found["torch.cuda.nccl"] is None for found, _ in reports.values()):
+        pytest.skip("CPU torch: no NCCL to record")
+
+
+@pytest.mark.gpu
+@pytest.mark.stage("target")
+def test_torch_sees_the_profile_gpus(
+    host: Any, resolved: dict[str, Any], nodeforge: dict[str, Any], record_property: Any
+) -> None:
+    expected = nodeforge["profile"]["gpu"]["count"]
+    seen = {}
+    for name in _environments(nodeforge):
+        run = run_python(host, f"{_prefix(resolved)}/{name}/bin/python", GPUS)
+        assert run.rc == 0, f"{name}: {run.stderr.strip()[-800:]}"
+        seen[name] = json.loads(run.stdout.splitlines()[-1])
+    record_property("declared", expected)
+    record_property("actual", seen)
+    assert seen == {n: {"available": True, "count": expected} for n in seen}
+
+
+@pytest.mark.gpu
+@pytest.mark.stage("target")
+def test_nccl_all_reduce_over_all_local_gpus(
+    host: Any, resolved: dict[str, Any], nodeforge: dict[str, Any]
+) -> None:
+    name = next(iter(_environments(nodeforge)))
+    run = run_python(host, f"{_prefix(resolved)}/{name}/bin/python", ALL_REDUCE)
+    assert run.rc == 0, f"all_reduce failed: {(run.stdout + run.stderr).strip()[-1500:]}"
+    assert f"all_reduce ok {nodeforge['profile']['gpu']['count']}" in run.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.stage("target")
+def test_vllm_runs_in_the_serving_environment(
+    host: Any, resolved: dict[str, Any], nodeforge: dict[str, Any], record_property: Any
+) -> None:
+    serving = [n for n, e in _environments(nodeforge).items() if "vllm" in e["frameworks"]]
+    if not serving:
+        pytest.skip("the stack has no environment with vLLM")
+    for name in serving:
+        run = host.run(f"{_prefix(resolved)}/{name}/bin/vllm --version")
+        declared = nodeforge["stack"]["frameworks"]["vllm"]["version"]
+        record_property(f"{name}_vllm", {"declared": declared, "actual": run.stdout.strip()})
+        assert run.rc == 0, f"{name}: vllm --version: {run.stderr.strip()[-800:]}"
+        assert run.stdout.strip().splitlines()[-1] == declared
