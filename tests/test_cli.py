@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from moto import mock_aws
 
 from nodeforge.cli import main
 from tests.conftest import SHIPPED, Edit
@@ -159,3 +162,175 @@ def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "compat.yml" in result.stderr and "driver_cuda" in result.stderr
+
+
+# ---------------------------------------------------------------- build --target aws
+
+DOUBLE = Path(__file__).resolve().parent / "packer" / "double" / "packer"
+
+
+@pytest.fixture
+def no_aws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any AWS call would fail: nothing listens on the discard port, and there are no
+    credentials; the double packer runs without its call log or faults."""
+    for name in list(os.environ):
+        if name.startswith(("AWS_", "NODEFORGE_PACKER_DOUBLE_", "NODEFORGE_VALIDATION_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+
+
+def _pipeline_config(tmp_path: Path, region: str = "us-east-1") -> Path:
+    path = tmp_path / "pipeline.yml"
+    path.write_text(
+        f"region: {region}\nsubnet_id: subnet-0123456789abcdef0\n"
+        "security_group_ids: [sg-0123456789abcdef0]\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.mark.usefixtures("no_aws")
+def test_build_aws_dry_run_prints_the_commands(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = _run(
+        capsys,
+        *("build", "p5-ubuntu24.04", "--target", "aws", "--catalog", str(SHIPPED)),
+        *("--dry-run", "--packer", "/nowhere/packer", "--work-dir", str(tmp_path)),
+        *("--region", "us-east-1", "us-west-2", "--promote"),
+        *("--config", str(_pipeline_config(tmp_path))),
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    var_file = tmp_path / "p5-ubuntu24.04" / "us-west-2.pkrvars.json"
+    assert lines[0].startswith("/nowhere/packer init -machine-readable ")
+    assert f"/nowhere/packer build -machine-readable -var-file={var_file} " in out
+    assert len(lines) == 6  # init, validate x2, build x2, then promote
+    assert lines[-1].startswith("# then: validate the us-east-1 AMI on p5.48xlarge, p5e.48xl")
+    assert var_file.exists()
+    assert not list(tmp_path.glob("p5-ubuntu24.04/*.log"))
+
+
+@pytest.mark.usefixtures("no_aws")
+def test_build_aws_dry_run_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = _run(
+        capsys,
+        *("build", "p5-ubuntu24.04", "--target", "aws", "--catalog", str(SHIPPED)),
+        *("--profile", "p5en.48xlarge", "--dry-run", "--work-dir", str(tmp_path), "--json"),
+    )
+    assert code == 0
+    report = json.loads(out)
+    assert report["build"]["dry_run"] is True
+    assert report["build"]["profile"] == "p5en.48xlarge"
+    assert [c.split()[1] for c in report["build"]["commands"]] == ["init", "validate", "build"]
+    assert "promote" not in report
+
+
+@pytest.mark.usefixtures("no_aws")
+def test_build_aws_human_output(
+    capsys: pytest.CaptureFixture[str],
+    edit: Edit,
+    catalog_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the source AMI lookup goes to mock_aws; the double, without an endpoint, registers nothing
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    parameter = "/nodeforge/test/ubuntu/24.04/amd64/ami-id"  # moto refuses names under /aws/
+    edit(
+        "os/ubuntu24.04.yml",
+        lambda d: d["architectures"]["x86_64"]["source_ami"].update(ssm_parameter=parameter),
+    )
+    with mock_aws():
+        boto3.client("ssm", region_name="us-east-1").put_parameter(
+            Name=parameter, Value="ami-0aaaaaaaaaaaaaaaa", Type="String"
+        )
+        code, out, err = _run(
+            capsys,
+            *("build", "p5-ubuntu24.04", "--target", "aws", "--catalog", str(catalog_dir)),
+            *("--profile", "p5.48xlarge", "--packer", str(DOUBLE), "--work-dir", str(tmp_path)),
+        )
+    assert code == 0, err
+    log = tmp_path / "p5-ubuntu24.04" / "packer-build-us-east-1.log"
+    assert (
+        out.splitlines()[0] == "built    p5-ubuntu24.04 (stack hopper-2026.11, vars of p5.48xlarge)"
+    )
+    assert f"us-east-1  ami-0123456789abcdef0  {log}" in out  # the double's AMI without moto
+    assert "Creating AMI nodeforge-p5-ubuntu24.04-hopper-2026.11-" in err  # progress
+    assert log.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--target", "local", "--region", "us-east-1", "--dry-run"], "--region, --dry-run only"),
+        (["--target", "local", "--promote"], "field '--promote'"),
+        (["--target", "aws", "--reconverge"], "--reconverge only works with --target local"),
+        (["--target", "aws", "--promote"], "--promote needs the pipeline settings"),
+        (["--target", "aws", "--config", "p.yml"], "--config is read only with --promote"),
+    ],
+)
+def test_build_option_that_does_not_fit_the_target_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = _run(capsys, "build", "p5-ubuntu24.04", "--catalog", str(SHIPPED), *argv)
+    assert code == 2
+    assert out == ""
+    assert message in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.usefixtures("no_aws")
+def test_build_promote_checks_the_config_before_building(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = _pipeline_config(tmp_path, region="eu-west-1")
+    code, _, err = _run(
+        capsys,
+        *("build", "p5-ubuntu24.04", "--target", "aws", "--catalog", str(SHIPPED)),
+        *("--promote", "--config", str(config), "--work-dir", str(tmp_path)),
+    )
+    assert code == 2
+    assert f"{config}: field 'region': promote validates in eu-west-1" in err
+    assert "Fix: add --region eu-west-1" in err
+    assert not (tmp_path / "p5-ubuntu24.04").exists()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "stand_in", "message"),
+    [
+        (None, '{"hosts": "podman://x", "image": "local-debian13"}', "AWS_ENDPOINT_URL is unset"),
+        (
+            "https://ec2.us-east-1.amazonaws.com",
+            '{"hosts": "podman://x", "image": "local-debian13"}',
+            "not a loopback endpoint",
+        ),
+        ("http://127.0.0.1:9", '{"hosts": "podman://x"}', "image: Field required"),
+        ("http://127.0.0.1:9", "podman://x", "not JSON"),
+    ],
+)
+@pytest.mark.usefixtures("no_aws")
+def test_validation_stand_in_only_against_a_loopback_fake(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    endpoint: str | None,
+    stand_in: str,
+    message: str,
+) -> None:
+    if endpoint is None:
+        monkeypatch.delenv("AWS_ENDPOINT_URL")
+    else:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("NODEFORGE_VALIDATION_STAND_IN", stand_in)
+    code, _, err = _run(
+        capsys,
+        *("build", "p5-ubuntu24.04", "--target", "aws", "--catalog", str(SHIPPED), "--dry-run"),
+        *("--promote", "--config", str(_pipeline_config(tmp_path)), "--work-dir", str(tmp_path)),
+    )
+    assert code == 2
+    assert "field 'NODEFORGE_VALIDATION_STAND_IN'" in err
+    assert message in err

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from nodeforge import __version__
 from nodeforge.catalog.loader import load_catalog
+from nodeforge.commands import ami as ami_commands
 from nodeforge.commands import aws as aws_commands
 from nodeforge.commands import catalog as catalog_commands
 from nodeforge.commands import lock as lock_commands
@@ -81,7 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("build", parents=[common], help="build an image")
     p.add_argument("image")
-    p.add_argument("--target", choices=("local",), required=True, help="where to build")
+    p.add_argument(
+        "--target",
+        choices=("local", "aws"),
+        required=True,
+        help="where to build: a local container image, or an AMI with Packer",
+    )
     p.add_argument("--profile", help="target profile (needed when the image has several)")
     p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
     p.add_argument(
@@ -90,9 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="converge a second time and fail unless it changes nothing (idempotence)",
     )
     p.add_argument(
-        "--work-dir", type=Path, metavar="DIR", help="logs and reports (default: build/IMAGE)"
+        "--work-dir",
+        type=Path,
+        metavar="DIR",
+        help="logs and reports (default: build/IMAGE; --target aws writes DIR/IMAGE)",
     )
     p.add_argument("--allow-unverified", action="store_true")
+    ami_commands.add_build_options(p)
 
     p = sub.add_parser("validate", parents=[common], help="run the validation suite on hosts")
     p.add_argument("image")

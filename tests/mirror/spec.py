@@ -21,6 +21,9 @@ EFA_INSTALLER = "1.51.0"
 GDRCOPY = "2.5.1"
 NCCL_TESTS = "2.17.6"
 CONTAINER_TOOLKIT = "1.18.0-1"
+# NVLSM versions on its own calendar, not the driver's: nvlsm_2025.06.10-1_amd64.deb in
+# ubuntu2404/x86_64 (a third-party install guide quotes that file name).
+NVLSM = "2025.06.10-1"
 CUDA_REPO_HOST = "developer.download.nvidia.com/compute/cuda/repos"
 CUDA_REPO_KEY = "3bf863cc.pub"
 
@@ -92,8 +95,86 @@ echo "Cuda compilation tools, release {short}, V{CUDA}"
             name="nvidia-fabricmanager",
             version=f"{DRIVER}-1{deb_suffix}",
             summary="Fabric Manager for NVSwitch based systems",
-            files={"/usr/bin/nv-fabricmanager": f"#!/bin/sh\necho 'Fabric Manager: {DRIVER}'\n"},
+            files={
+                "/usr/bin/nv-fabricmanager": f"#!/bin/sh\necho 'Fabric Manager: {DRIVER}'\n",
+                "/usr/bin/nvidia-fabricmanager-start.sh": _daemon("nvidia-fabricmanager-start.sh"),
+                f"{_UNITS}/nvidia-fabricmanager.service": _unit(
+                    "NVIDIA fabric manager service", "/usr/bin/nvidia-fabricmanager-start.sh"
+                ),
+            },
         ),
+        *_fabric_extras(deb_suffix),
+    )
+
+
+_UNITS = "/usr/lib/systemd/system"
+
+
+def _daemon(name: str) -> str:
+    """A stand-in daemon that runs until stopped and touches no hardware."""
+    return (
+        f"#!/bin/sh\n# nodeforge test stub of {name}: no hardware, waits to be stopped\n"
+        "exec sleep infinity\n"
+    )
+
+
+def _unit(description: str, exec_start: str) -> str:
+    return f"""[Unit]
+Description={description} (nodeforge test stub)
+
+[Service]
+Type=simple
+ExecStart={exec_start}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def _fabric_extras(deb_suffix: str) -> tuple[DebSpec, ...]:
+    """IMEX and the NVLink 5 parts beside fabric manager, with their 580 names: nvidia-imex and
+    libnvsdm at the driver version, nvlsm on its own version (NVIDIA/gpu-driver-container
+    ubuntu24.04/install.sh installs them so for branches >= 580)."""
+    lib = "/usr/lib/x86_64-linux-gnu"
+    return (
+        DebSpec(
+            name="nvidia-imex",
+            version=f"{DRIVER}-1{deb_suffix}",
+            summary="NVIDIA IMEX service for multi-node NVLink",
+            files={
+                "/usr/bin/nvidia-imex": _daemon("nvidia-imex"),
+                f"{_UNITS}/nvidia-imex.service": _unit(
+                    "NVIDIA IMEX service", "/usr/bin/nvidia-imex"
+                ),
+            },
+        ),
+        DebSpec(
+            name="libnvsdm",
+            version=f"{DRIVER}-1{deb_suffix}",
+            summary="NVIDIA NVSwitch Device Monitoring library",
+            section="libs",
+            files={f"{lib}/libnvsdm.so.{DRIVER}": b"nodeforge test stub: not an ELF library\n"},
+        ),
+        DebSpec(
+            name="nvlsm",
+            version=NVLSM,
+            summary="NVIDIA NVLink Subnet Manager",
+            files={"/opt/nvidia/nvlsm/sbin/nvlsm": _daemon("nvlsm")},
+        ),
+    )
+
+
+def _persistenced(version: str) -> DebSpec:
+    return DebSpec(
+        name="nvidia-persistenced",
+        version=version,
+        summary="NVIDIA Persistence Daemon",
+        files={
+            "/usr/bin/nvidia-persistenced": _daemon("nvidia-persistenced"),
+            f"{_UNITS}/nvidia-persistenced.service": _unit(
+                "NVIDIA Persistence Daemon", "/usr/bin/nvidia-persistenced"
+            ),
+        },
     )
 
 
@@ -162,6 +243,7 @@ def debian13_packages() -> tuple[DebSpec, ...]:
                 f"nvidia-driver-pinning-{DRIVER_BRANCH} (= {version})",
             ),
         ),
+        _persistenced(version),
         *_cuda_common(""),
     )
 

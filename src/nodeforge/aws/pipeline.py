@@ -21,8 +21,8 @@ from nodeforge.catalog.loader import Catalog
 from nodeforge.catalog.models import Profile
 from nodeforge.errors import InputError
 from nodeforge.render import UserOverrides, render, to_json
-from nodeforge.target import target_for
-from nodeforge.validate import run_validation
+from nodeforge.target import Target, target_for
+from nodeforge.validate import Stage, run_validation
 
 Validator = Callable[[list[str], str], bool]
 """validate(hosts, profile) -> every check passed; hosts are the instances' private addresses."""
@@ -309,17 +309,34 @@ def ssh_validator(
     def validate(hosts: list[str], profile: str) -> bool:
         target = target_for(catalog, image, profile)
         user = ssh_user or target.os.default_user
-        report_dir = report_root / profile
-        report_dir.mkdir(parents=True, exist_ok=True)
-        vars_path = report_dir / "vars.json"
-        document = render(catalog, target, overrides=overrides, overrides_path=overrides_path)
-        vars_path.write_text(to_json(document), encoding="utf-8")
-        run = run_validation(
+        return run_suite(
+            catalog,
+            target,
             hosts=",".join(f"ssh://{user}@{host}" for host in hosts),
-            vars_path=vars_path,
             stage="target",
-            report_dir=report_dir,
+            report_dir=report_root / profile,
+            overrides=overrides,
+            overrides_path=overrides_path,
         )
-        return run.ok
 
     return validate
+
+
+def run_suite(
+    catalog: Catalog,
+    target: Target,
+    *,
+    hosts: str,
+    stage: Stage,
+    report_dir: Path,
+    overrides: UserOverrides | None = None,
+    overrides_path: Path | None = None,
+) -> bool:
+    """validation/ against testinfra `hosts`, compared with the target's resolved vars (written
+    beside the reports, so a failed run can be replayed with `nodeforge validate`)."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    vars_path = report_dir / "vars.json"
+    document = render(catalog, target, overrides=overrides, overrides_path=overrides_path)
+    vars_path.write_text(to_json(document), encoding="utf-8")
+    run = run_validation(hosts=hosts, vars_path=vars_path, stage=stage, report_dir=report_dir)
+    return run.ok

@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO, TypeVar
 
@@ -20,13 +18,10 @@ from nodeforge.aws.pipeline import promote as promote_ami
 from nodeforge.aws.pipeline import ssh_validator
 from nodeforge.aws.prune import prune as prune_amis
 from nodeforge.catalog.loader import Catalog
-from nodeforge.check import check_targets
-from nodeforge.commands.common import EXIT_OK, EXIT_VIOLATIONS, print_report
+from nodeforge.commands.common import EXIT_OK, EXIT_VIOLATIONS, checked_targets, stderr_progress
 from nodeforge.errors import InputError
-from nodeforge.render import load_overrides, to_json
+from nodeforge.render import to_json
 from nodeforge.table import text_table
-from nodeforge.target import target_for
-from nodeforge.target import targets as image_targets
 
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8,17}$")
 P = TypeVar("P", bound=argparse.ArgumentParser)
@@ -63,33 +58,16 @@ def aws_session(region: str) -> boto3.Session:
     return boto3.Session(region_name=region)
 
 
-def _progress() -> Callable[[str], None]:
-    """Progress lines on stderr, with the seconds since the command started."""
-    started = time.monotonic()
-
-    def progress(line: str) -> None:
-        print(f"{time.monotonic() - started:6.0f}s  {line}", file=sys.stderr, flush=True)
-
-    return progress
-
-
 def promote(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     if not _AMI_ID.match(args.ami):
         raise InputError(
             f"'{args.ami}' is not an AMI id", field="--ami", fix="pass an id like ami-0123abcd"
         )
     config = load_config(args.config)
-    targets = (
-        [target_for(catalog, args.image, args.profile)]
-        if args.profile
-        else image_targets(catalog, [args.image])
-    )
-    overrides = load_overrides(args.vars) if args.vars else None
-    report = check_targets(targets, allow_unverified=args.allow_unverified)
-    if not report.ok:
-        print_report(report, False, sys.stderr)
-        print("nodeforge: not promoted: fix the errors above first", file=sys.stderr)
+    checked = checked_targets(catalog, args, "not promoted")
+    if checked is None:
         return EXIT_VIOLATIONS
+    targets, overrides = checked
     validate = ssh_validator(
         catalog,
         args.image,
@@ -105,7 +83,7 @@ def promote(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
             ami_id=args.ami,
             profiles=[t.profile for t in targets],
             validate=validate,
-            progress=_progress(),
+            progress=stderr_progress(),
             config_path=args.config,
             profile_files={
                 t.profile.name: catalog.file_of("profiles", t.profile.name) for t in targets
@@ -151,7 +129,7 @@ def prune(args: argparse.Namespace, out: TextIO) -> int:
             image=args.image,
             keep=args.keep,
             dry_run=args.dry_run,
-            progress=_progress(),
+            progress=stderr_progress(),
         )
     except AwsError as exc:
         print(f"nodeforge: prune failed: {exc}", file=sys.stderr)

@@ -1,15 +1,14 @@
-"""Commands that act on machines: build (a local image) and validate (hosts)."""
+"""Commands that act on machines: build (a local image, or an AMI) and validate (hosts)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-import time
 from pathlib import Path
 from typing import TextIO
 
 from nodeforge.catalog.loader import Catalog
-from nodeforge.commands.common import EXIT_OK, EXIT_VIOLATIONS, checked_target
+from nodeforge.commands import ami
+from nodeforge.commands.common import EXIT_OK, EXIT_VIOLATIONS, checked_target, stderr_progress
 from nodeforge.local.build import build_local
 from nodeforge.paths import REPO_ROOT
 from nodeforge.render import render, to_json
@@ -18,16 +17,15 @@ from nodeforge.validate import run_validation
 
 
 def build(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+    ami.check_options(args)
+    if args.target == "aws":
+        return ami.build(catalog, args, out)
     checked = checked_target(catalog, args, "not built")
     if checked is None:
         return EXIT_VIOLATIONS
     target, overrides = checked
     work_dir = args.work_dir or Path("build") / target.image.name
-    started = time.monotonic()
-
-    def progress(line: str) -> None:
-        print(f"{time.monotonic() - started:6.0f}s  {line}", file=sys.stderr, flush=True)
-
+    progress = stderr_progress()
     summary = build_local(
         catalog,
         target,

@@ -1,0 +1,274 @@
+"""`nodeforge build IMAGE --target aws`: Packer builds the AMI; with `--promote`, the same run
+validates it on the image's instance types and publishes it, so one command takes a commit to a
+published AMI."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from nodeforge.aws.clients import clients_for
+from nodeforge.aws.config import PipelineConfig, load_config
+from nodeforge.aws.errors import AwsError
+from nodeforge.aws.pipeline import PromoteResult, Validator, promote, ssh_validator
+from nodeforge.aws.standin import stand_in_from, stand_in_validator
+from nodeforge.catalog.loader import Catalog
+from nodeforge.commands.aws import aws_session
+from nodeforge.commands.common import EXIT_OK, EXIT_VIOLATIONS, checked_targets, stderr_progress
+from nodeforge.errors import InputError
+from nodeforge.local.build import BuildFailedError
+from nodeforge.packer.build import AmiBuildResult, build_amis
+from nodeforge.render import UserOverrides, to_json
+from nodeforge.table import text_table
+from nodeforge.target import Target
+
+_AWS_ONLY = {
+    "region": "--region",
+    "only": "--only",
+    "dry_run": "--dry-run",
+    "packer": "--packer",
+    "kms_key_id": "--kms-key-id",
+    "promote": "--promote",
+    "config": "--config",
+}
+"""argparse dest -> flag, for the options that mean nothing to a local build."""
+
+
+def add_build_options(parser: argparse.ArgumentParser) -> None:
+    """The `build` options of `--target aws`."""
+    group = parser.add_argument_group("--target aws")
+    group.add_argument(
+        "--region",
+        action="extend",
+        nargs="+",
+        metavar="R",
+        help="build in these regions (default: the image's build.region)",
+    )
+    group.add_argument(
+        "--only", action="append", metavar="NAME", help="Packer's -only: build this source only"
+    )
+    group.add_argument(
+        "--dry-run", action="store_true", help="print the Packer commands; run nothing, call no AWS"
+    )
+    group.add_argument("--packer", metavar="PATH", help="the Packer binary (default: packer)")
+    group.add_argument(
+        "--kms-key-id", metavar="K", help="KMS key for the root volume (default: the EBS default)"
+    )
+    group.add_argument(
+        "--promote",
+        action="store_true",
+        help="then validate the AMI on the image's instance types and publish it",
+    )
+    group.add_argument(
+        "--config", type=Path, metavar="FILE", help="pipeline settings for --promote (YAML/JSON)"
+    )
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """A usage error when an option does not fit the target."""
+    if args.target != "aws":
+        given = [
+            flag for dest, flag in _AWS_ONLY.items() if getattr(args, dest) not in (None, False)
+        ]
+        if given:
+            raise InputError(
+                f"{', '.join(given)} only work with --target aws",
+                field=given[0],
+                fix="drop them, or build an AMI with --target aws",
+            )
+        return
+    if args.reconverge:
+        raise InputError(
+            "--reconverge only works with --target local (it converges a container twice)",
+            field="--reconverge",
+            fix="drop --reconverge",
+        )
+    if args.promote and args.config is None:
+        raise InputError(
+            "--promote needs the pipeline settings",
+            field="--config",
+            fix="pass --config FILE (see docs/aws-pipeline.md)",
+        )
+    if args.config is not None and not args.promote:
+        raise InputError(
+            "--config is read only with --promote", field="--config", fix="add --promote"
+        )
+
+
+def build(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+    # The AMI serves every profile of the image (hardware services start at boot by PCI id),
+    # so every profile is checked, and promote validates on each; --profile narrows to one.
+    checked = checked_targets(catalog, args, "not built")
+    if checked is None:
+        return EXIT_VIOLATIONS
+    targets, overrides = checked
+    work_dir = args.work_dir or Path("build")
+    progress = stderr_progress()
+    # everything --promote reads is checked before Packer starts a build of most of an hour
+    promotion = (
+        _promotion(
+            catalog, args, targets, overrides=overrides, work_dir=work_dir, progress=progress
+        )
+        if args.promote
+        else None
+    )
+    [result] = build_amis(
+        catalog,
+        # Packer renders one vars file per image: the first profile's, unless --profile
+        targets[:1],
+        work_dir=work_dir,
+        # a dry run's progress would repeat the commands printed below
+        progress=(lambda _line: None) if args.dry_run else progress,
+        regions=args.region,
+        only=args.only or (),
+        dry_run=args.dry_run,
+        overrides=overrides,
+        overrides_path=args.vars,
+        packer=args.packer or "packer",
+        kms_key_id=args.kms_key_id,
+    )
+    if args.dry_run:
+        return _dry_run(result, promotion, args, out)
+    if promotion is None:
+        out.write(to_json({"build": result.to_json()}) if args.json else _summary(result, None))
+        return EXIT_OK
+    promoted, error = promotion.run(result, progress)
+    reports = str(promotion.report_root)
+    if args.json:
+        outcome = promoted.to_json() if promoted else {"status": "error", "error": error}
+        out.write(to_json({"build": result.to_json(), "promote": {**outcome, "reports": reports}}))
+    else:
+        out.write(_summary(result, promoted) + f"reports  {reports}\n")
+    if error:
+        print(f"nodeforge: promote failed: {error}", file=sys.stderr)
+    return EXIT_OK if promoted is not None and promoted.status == "published" else EXIT_VIOLATIONS
+
+
+@dataclass(frozen=True)
+class _Promotion:
+    """What `--promote` does once Packer has built the AMI."""
+
+    catalog: Catalog
+    config: PipelineConfig
+    config_path: Path
+    image: str
+    targets: list[Target]
+    validate: Validator
+    report_root: Path
+
+    def run(
+        self, built: AmiBuildResult, progress: Callable[[str], None]
+    ) -> tuple[PromoteResult | None, str | None]:
+        """The promote result, or None and the AWS error that stopped it."""
+        region = self.config.region
+        ami = built.amis.get(region)
+        if ami is None:
+            raise BuildFailedError(
+                f"packer build reported no AMI in {region} (log: {built.regions[region].log})"
+            )
+        try:
+            result = promote(
+                clients_for(aws_session(region), self.config),
+                image=self.image,
+                ami_id=ami,
+                profiles=[t.profile for t in self.targets],
+                validate=self.validate,
+                progress=progress,
+                config_path=self.config_path,
+                profile_files={
+                    t.profile.name: self.catalog.file_of("profiles", t.profile.name)
+                    for t in self.targets
+                },
+            )
+        except AwsError as exc:
+            return None, str(exc)
+        return result, None
+
+
+def _promotion(
+    catalog: Catalog,
+    args: argparse.Namespace,
+    targets: list[Target],
+    *,
+    overrides: UserOverrides | None,
+    work_dir: Path,
+    progress: Callable[[str], None],
+) -> _Promotion:
+    config = load_config(args.config)
+    regions = args.region or [targets[0].image.build.region]
+    if config.region not in regions:
+        raise InputError(
+            f"promote validates in {config.region}, and this build makes AMIs in "
+            f"{', '.join(regions)} only",
+            file=args.config,
+            field="region",
+            fix=f"add --region {config.region}, or set region to a region of the build",
+        )
+    report_root = work_dir / args.image / "promote"
+    stand_in = stand_in_from(os.environ)
+    validate = (
+        stand_in_validator(catalog, stand_in, report_root=report_root, progress=progress)
+        if stand_in is not None
+        else ssh_validator(
+            catalog,
+            args.image,
+            report_root=report_root,
+            ssh_user=config.ssh_user,
+            overrides=overrides,
+            overrides_path=args.vars,
+        )
+    )
+    return _Promotion(catalog, config, args.config, args.image, targets, validate, report_root)
+
+
+def _dry_run(
+    result: AmiBuildResult, promotion: _Promotion | None, args: argparse.Namespace, out: TextIO
+) -> int:
+    then = None
+    if promotion is not None:
+        then = {
+            "region": promotion.config.region,
+            "profiles": [t.profile.name for t in promotion.targets],
+            "config": str(promotion.config_path),
+        }
+    if args.json:
+        document: dict[str, Any] = {"build": result.to_json()}
+        if then is not None:
+            document["promote"] = then
+        out.write(to_json(document))
+        return EXIT_OK
+    lines = list(result.commands)
+    if then is not None:
+        lines.append(
+            f"# then: validate the {then['region']} AMI on {', '.join(then['profiles'])} and "
+            f"publish it (nodeforge promote {args.image} --ami AMI --config {then['config']})"
+        )
+    out.write("\n".join(lines) + "\n")
+    return EXIT_OK
+
+
+def _summary(result: AmiBuildResult, promoted: PromoteResult | None) -> str:
+    rows = [[b.region, b.ami_id or "-", b.log] for b in result.regions.values()]
+    lines = [
+        f"built    {result.image} (stack {result.stack}, vars of {result.profile})",
+        f"time     {result.seconds:.0f} s",
+        "",
+        text_table(["region", "ami", "log"], rows),
+    ]
+    if promoted is not None:
+        runs = [[r.profile, r.outcome, ", ".join(r.instances) or "-"] for r in promoted.runs]
+        lines += [
+            "",
+            f"{promoted.status:9}{promoted.ami} in {promoted.region} (run {promoted.run_id})",
+            "",
+            text_table(["profile", "outcome", "instances"], runs),
+            *(f"\n{r.profile}: {r.message}" for r in promoted.runs if r.message),
+            *(f"ssm      {name}" for name in promoted.parameters),
+            *(f"copy     {region} {ami}" for region, ami in promoted.copies.items()),
+        ]
+    return "\n".join(lines) + "\n"
