@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from _pytest.nodeid import NodeId
 
 from nodeforge.catalog.loader import Catalog, load_catalog
 
@@ -16,6 +17,24 @@ REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "images"
 
 Edit = Callable[[str, Callable[[dict[str, Any]], None]], Path]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep each `xdist_group` on one worker under `--dist loadgroup`.
+
+    pytest-xdist 3.8 marks a group by suffixing `item._nodeid` with `@group`, which pytest 9 no
+    longer reads (a node's id is the structured `_id`): the group would spread over workers and
+    the local-image tests would race each other. Drop this once xdist handles pytest 9's ids.
+    """
+    if not config.getoption("loadgroup", False):
+        return
+    for item in items:
+        groups = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        if groups:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(sorted(groups))}")
 
 
 @pytest.fixture(scope="session")
