@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +34,9 @@ def moto_endpoint(calls: Calls, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
+    # moto's backends live in this process: a test that ran before in the same worker (pytest
+    # -n) may have left the parameter or AMIs behind
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"))
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
