@@ -43,6 +43,9 @@ def test_scenario(
         **base_images,
         **test_mirror,
         "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}",
+        # Molecule keeps `created: true` in ~/.ansible/tmp between runs; a run killed earlier
+        # on the same machine would make this one skip create and converge nothing.
+        "MOLECULE_EPHEMERAL_DIRECTORY": str(tmp_path / "molecule-state"),
     }
     result = subprocess.run(
         [f"{venv_bin}/molecule", "test", "--scenario-name", scenario],
