@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -8,7 +9,7 @@ import pytest
 
 from nodeforge.catalog.loader import Catalog, load_catalog
 from nodeforge.errors import InputError
-from nodeforge.render import load_overrides, render, to_json
+from nodeforge.render import RESERVED_VARS, load_overrides, manifest_document, render, to_json
 from nodeforge.target import target_for
 from tests.conftest import Edit
 
@@ -42,6 +43,14 @@ def test_facts_and_derived_values(shipped: Catalog) -> None:
     assert (
         cuda["url"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
     )
+
+
+def test_compute_capabilities_cover_every_profile_of_the_image(shipped: Catalog) -> None:
+    # one AMI serves B200 and B300: code built for it must run on both
+    for profile in ("p6-b200.48xlarge", "p6-b300.48xlarge"):
+        doc = _render(shipped, "p6-ubuntu24.04", profile)
+        assert doc["nodeforge"]["compute_capabilities"] == ["10.0", "10.3"]
+        assert doc["nodeforge_manifest"]["compute_capabilities"] == ["10.0", "10.3"]
 
 
 def test_arm64_placeholders(shipped: Catalog) -> None:
@@ -147,10 +156,65 @@ def test_profile_selection(shipped: Catalog) -> None:
 def test_mode_and_layered_vars_for_the_manifest(shipped: Catalog) -> None:
     doc = _render(shipped, "local-debian13", mode="node")
     assert doc["nodeforge_mode"] == "node"
-    layered = {k: v for k, v in doc.items() if k not in ("nodeforge", "nodeforge_mode")}
+    layered = {k: v for k, v in doc.items() if k not in RESERVED_VARS}
     assert doc["nodeforge"]["vars"] == layered
+    assert doc["nodeforge_manifest"]["vars"] == layered
     assert layered["nodeforge_manifest_path"] == "/etc/nodeforge/manifest.json"
     assert "nodeforge_mode" not in doc["nodeforge"]
+    assert "nodeforge_mode" not in doc["nodeforge_manifest"]
+
+
+P5_PROFILES = ["p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"]
+
+
+def test_manifest_is_the_same_for_every_profile_of_the_image(shipped: Catalog) -> None:
+    docs = [_render(shipped, "p5-ubuntu24.04", profile) for profile in P5_PROFILES]
+    assert [d["nodeforge"]["profile"]["name"] for d in docs] == P5_PROFILES
+    manifest = docs[0]["nodeforge_manifest"]
+    assert all(d["nodeforge_manifest"] == manifest for d in docs[1:])
+    assert manifest == manifest_document(
+        shipped, target_for(shipped, "p5-ubuntu24.04", P5_PROFILES[1])
+    )
+    assert manifest["profiles"] == P5_PROFILES
+    assert {"profile", "driver_flavour"}.isdisjoint(manifest)
+    # the image-level facts are the resolved ones themselves, not a summary of them
+    facts = manifest.keys() - {"profiles", "layering"}
+    assert {k: docs[0]["nodeforge"][k] for k in facts} == {k: manifest[k] for k in facts}
+    assert manifest["stack"]["nccl"]["version"] == "2.27.7-1"
+
+
+def test_manifest_leaves_out_the_profile_layer(edit: Edit, catalog_dir: Path) -> None:
+    edit("profiles/p5.48xlarge.yml", lambda d: d.update(vars={"probe": "p5"}))
+    edit("profiles/p5en.48xlarge.yml", lambda d: d.update(vars={"probe": "p5en"}))
+    catalog = load_catalog(catalog_dir)
+    docs = {profile: _render(catalog, "p5-ubuntu24.04", profile) for profile in P5_PROFILES}
+    assert docs["p5.48xlarge"]["probe"] == "p5"
+    assert docs["p5en.48xlarge"]["nodeforge"]["vars"]["probe"] == "p5en"
+    manifests = [d["nodeforge_manifest"] for d in docs.values()]
+    assert all(m == manifests[0] for m in manifests[1:])
+    assert "probe" not in manifests[0]["vars"]
+    assert not any(entry.startswith("profile:") for entry in manifests[0]["layering"])
+
+
+@pytest.mark.parametrize(
+    ("field", "mutate"),
+    [
+        ("nccl", lambda d: d["nccl"].update(version="2.28.3-1")),
+        ("driver", lambda d: d["driver"].update(version="580.105.08")),
+        ("frameworks", lambda d: d["frameworks"]["pytorch"].update(version="2.13.1")),
+    ],
+)
+def test_manifest_changes_with_a_stack_version(
+    shipped: Catalog, edit: Edit, catalog_dir: Path, field: str, mutate: Callable[[Any], None]
+) -> None:
+    before = _render(shipped, "p5-ubuntu24.04", "p5e.48xlarge")["nodeforge_manifest"]
+    edit("stacks/hopper-2026.11.yml", mutate)
+    after = _render(load_catalog(catalog_dir), "p5-ubuntu24.04", "p5e.48xlarge")
+    assert after["nodeforge_manifest"] != before
+    assert after["nodeforge_manifest"]["stack"][field] != before["stack"][field]
+    assert {k: v for k, v in after["nodeforge_manifest"].items() if k != "stack"} == {
+        k: v for k, v in before.items() if k != "stack"
+    }
 
 
 def test_user_vars_cannot_set_the_mode(shipped: Catalog, tmp_path: Path) -> None:

@@ -14,7 +14,9 @@ def test_manifest_equals_the_resolved_vars(host: Any, resolved: dict[str, Any]) 
     path = resolved.get("nodeforge_manifest_path", "/etc/nodeforge/manifest.json")
     text = file_text(host, path)
     assert text is not None, f"{path} is missing"
-    assert json.loads(text) == resolved["nodeforge"]
+    # The image-level part: the AMI is validated on each of its profiles with that profile's
+    # vars, and every one of them must find the manifest it was built with.
+    assert json.loads(text) == resolved["nodeforge_manifest"]
 
 
 # The image before its first boot: a booted instance has a machine id, host keys and

@@ -8,9 +8,15 @@ Layering, lowest first (the last layer that sets a variable wins):
     5. image    images/<image>.yml `vars` (after its `extends` chain)
     6. user     the --vars FILE given to render
 Role variables land at the top level; the catalog facts they derive from sit under the
-reserved key `nodeforge` (with a copy of the layered variables in `nodeforge.vars`, so the
-node's manifest holds everything it was built from), and `nodeforge_mode` says image or node.
-No layer may set either.
+reserved key `nodeforge` (with a copy of the layered variables in `nodeforge.vars`), and
+`nodeforge_mode` says image or node.
+
+The reserved key `nodeforge_manifest` is what the node's manifest holds: the part of
+`nodeforge` that is the same for every profile of the image. One image (one AMI) serves all its
+profiles and is validated on each, so its manifest cannot record the profile it happened to be
+rendered for: it names the image's profiles instead, and leaves out the profile's facts, what
+is derived from them (the driver flavour a stack leaves to the profile) and the profile layer of
+the variables. No layer may set any of the three reserved keys.
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationError
 
 from nodeforge.catalog.loader import Catalog, input_error_from
-from nodeforge.catalog.models import LAYERS, Model, Stack, Url, Vars
+from nodeforge.catalog.models import LAYERS, Model, Profile, Stack, Url, Vars
 from nodeforge.catalog.yamlfile import read_yaml
 from nodeforge.errors import InputError
 from nodeforge.target import Target
 
-SCHEMA_VERSION = 1
-RESERVED_VARS = frozenset({"nodeforge", "nodeforge_mode"})
+# 2: the image-level manifest (`nodeforge_manifest`) joined the resolved vars.
+SCHEMA_VERSION = 2
+RESERVED_VARS = frozenset({"nodeforge", "nodeforge_manifest", "nodeforge_mode"})
 Mode = Literal["image", "node"]
 _DEB_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 
@@ -55,7 +62,11 @@ def load_overrides(path: Path) -> UserOverrides:
 
 
 def _layers(
-    catalog: Catalog, target: Target, overrides: UserOverrides, overrides_path: Path | None
+    catalog: Catalog,
+    target: Target,
+    profile: Profile | None,
+    overrides: UserOverrides,
+    overrides_path: Path | None,
 ) -> Iterable[tuple[str, Path, dict[str, Any]]]:
     yield "common", catalog.root / "common.yml", catalog.common.vars
     yield f"os:{target.os.name}", catalog.file_of("os", target.os.name), target.os.vars
@@ -64,11 +75,12 @@ def _layers(
         catalog.file_of("stacks", target.stack.name),
         target.stack.vars,
     )
-    yield (
-        f"profile:{target.profile.name}",
-        catalog.file_of("profiles", target.profile.name),
-        target.profile.vars,
-    )
+    if profile is not None:
+        yield (
+            f"profile:{profile.name}",
+            catalog.file_of("profiles", profile.name),
+            profile.vars,
+        )
     yield (
         f"image:{target.image.name}",
         catalog.file_of("images", target.image.name),
@@ -116,18 +128,17 @@ def _stack_document(stack: Stack, target: Target, mirror: str | None) -> dict[st
     return data
 
 
-def render(
+def _layered(
     catalog: Catalog,
     target: Target,
-    *,
-    mode: Mode = "image",
-    overrides: UserOverrides | None = None,
-    overrides_path: Path | None = None,
-) -> dict[str, Any]:
-    overrides = overrides or UserOverrides()
+    profile: Profile | None,
+    overrides: UserOverrides,
+    overrides_path: Path | None,
+) -> tuple[dict[str, Any], list[str]]:
+    """The merged variables of the layers (the profile's only when given), and their list."""
     merged: dict[str, Any] = {}
     layering: list[str] = []
-    for layer, path, layer_vars in _layers(catalog, target, overrides, overrides_path):
+    for layer, path, layer_vars in _layers(catalog, target, profile, overrides, overrides_path):
         reserved = RESERVED_VARS & layer_vars.keys()
         if reserved:
             raise InputError(
@@ -138,29 +149,76 @@ def render(
             )
         merged.update(layer_vars)
         layering.append(f"{layer} ({_relative(path, catalog.root)})")
-    layered = dict(merged)
+    return merged, layering
 
+
+def _image_facts(catalog: Catalog, target: Target, mirror: str | None) -> dict[str, Any]:
+    """The catalog facts that only the image, its OS, its stack and the mirror decide."""
     os_doc = target.os.model_dump(mode="json", exclude={"vars", "sources", "architectures"})
     os_arch = target.os_arch
     os_doc["arch"] = os_arch.model_dump(mode="json") if os_arch is not None else None
-    merged["nodeforge"] = {
+    return {
         "schema": SCHEMA_VERSION,
         "image": target.image.name,
         "arch": target.image.arch,
         "layers": {layer: layer in target.image.layers for layer in LAYERS},
         "build": target.image.build.model_dump(mode="json"),
         "os": os_doc,
-        "stack": _stack_document(target.stack, target, overrides.mirror),
-        "profile": target.profile.model_dump(mode="json", exclude={"vars", "sources"}),
-        "driver_flavour": target.driver_flavour(),
+        "stack": _stack_document(target.stack, target, mirror),
         "fabric_packages": target.fabric_packages(),
+        # What GPU code is built for (nccl-tests): every profile of the image, since one image
+        # serves them all.
+        "compute_capabilities": sorted(
+            {catalog.profiles[name].gpu.compute_capability for name in target.image.profiles}
+        ),
         "aws_ofi_nccl_version": str(v) if (v := target.ofi_nccl_version()) else None,
-        "mirror": overrides.mirror,
+        "mirror": mirror,
+    }
+
+
+def manifest_document(
+    catalog: Catalog,
+    target: Target,
+    *,
+    overrides: UserOverrides | None = None,
+    overrides_path: Path | None = None,
+) -> dict[str, Any]:
+    """The node's manifest (`nodeforge_manifest`): the same for every profile of the target's
+    image, so the one AMI of the image matches it whichever profile it is validated on."""
+    overrides = overrides or UserOverrides()
+    layered, layering = _layered(catalog, target, None, overrides, overrides_path)
+    return {
+        **_image_facts(catalog, target, overrides.mirror),
+        "profiles": list(target.image.profiles),
         "layering": layering,
         "vars": layered,
     }
-    merged["nodeforge_mode"] = mode
-    return merged
+
+
+def render(
+    catalog: Catalog,
+    target: Target,
+    *,
+    mode: Mode = "image",
+    overrides: UserOverrides | None = None,
+    overrides_path: Path | None = None,
+) -> dict[str, Any]:
+    overrides = overrides or UserOverrides()
+    layered, layering = _layered(catalog, target, target.profile, overrides, overrides_path)
+    return {
+        **layered,
+        "nodeforge": {
+            **_image_facts(catalog, target, overrides.mirror),
+            "profile": target.profile.model_dump(mode="json", exclude={"vars", "sources"}),
+            "driver_flavour": target.driver_flavour(),
+            "layering": layering,
+            "vars": dict(layered),
+        },
+        "nodeforge_manifest": manifest_document(
+            catalog, target, overrides=overrides, overrides_path=overrides_path
+        ),
+        "nodeforge_mode": mode,
+    }
 
 
 def to_json(document: dict[str, Any]) -> str:

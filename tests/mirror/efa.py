@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from tests.mirror.debs import DebSpec
 from tests.mirror.elf import shared_library
+from tests.mirror.nccl import mpi_files
 from tests.mirror.tarballs import TarballSpec
 
 EFA_LOG_ENV = "NODEFORGE_EFA_STUB_LOG"
@@ -99,12 +100,14 @@ def efa_packages() -> tuple[DebSpec, ...]:
 
 def _openmpi(name: str, version: str, prefix: str) -> DebSpec:
     mpirun = f"#!/bin/sh\necho 'mpirun (Open MPI) {version}'\n"
+    files, links = mpi_files(version, prefix)
     return DebSpec(
         name=name,
         version=version,
         summary=f"Open MPI {version} for EFA",
         depends=(f"libfabric1-aws (= {LIBFABRIC_AWS})",),
-        files={f"{prefix}/bin/mpirun": mpirun},
+        files={f"{prefix}/bin/mpirun": mpirun, **files},
+        links=links,
     )
 
 

@@ -16,9 +16,12 @@ from pathlib import Path
 
 
 @functools.cache
-def shared_library(soname: str, banner: str, needed: tuple[str, ...] = ()) -> bytes:
-    """A library named `soname` that holds `banner` (what `grep -a` probes find) and needs
-    `needed` (sonames) at load time."""
+def shared_library(
+    soname: str, banner: str, needed: tuple[str, ...] = (), source: str = ""
+) -> bytes:
+    """A library named `soname` that holds `banner` (what `grep -a` probes find), needs
+    `needed` (sonames) at load time, and defines what the C `source` defines (the entry points a
+    probe or a program linked against it calls)."""
     gcc = shutil.which("gcc")
     if gcc is None:
         raise RuntimeError("gcc is needed to build the stub mirror's shared libraries")
@@ -31,7 +34,7 @@ def shared_library(soname: str, banner: str, needed: tuple[str, ...] = ()) -> by
             _gcc(gcc, work, dependency, f"dep{index}.c")
             links.append(f"-l:{dependency}")
         escaped = banner.replace("\\", "\\\\").replace('"', '\\"')
-        (work / "lib.c").write_text(f'const char nodeforge_stub_banner[] = "{escaped}";\n')
+        (work / "lib.c").write_text(f'const char nodeforge_stub_banner[] = "{escaped}";\n{source}')
         _gcc(gcc, work, soname, "lib.c", "-Wl,--no-as-needed", f"-L{work}", *links)
         return (work / soname).read_bytes()
 

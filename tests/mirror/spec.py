@@ -8,9 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tests.mirror.aptrepo import RepoSpec
+from tests.mirror.cuda import cuda_packages
 from tests.mirror.debs import DebSpec
 from tests.mirror.efa import efa_installer_tarball
 from tests.mirror.gpg import STUB_UID
+from tests.mirror.nccl import nccl_packages, nccl_tests_tarball
 from tests.mirror.tarballs import TarballSpec
 
 DRIVER = "580.95.05"
@@ -68,29 +70,9 @@ def _nvml_files(version: str) -> tuple[dict[str, str | bytes], dict[str, str]]:
 
 def _cuda_common(deb_suffix: str) -> tuple[DebSpec, ...]:
     short = ".".join(CUDA.split(".")[:2])
-    dashed = short.replace(".", "-")
-    nvcc = f"""#!/bin/sh
-# nodeforge test stub of nvcc {CUDA}
-echo "nvcc: NVIDIA (R) Cuda compiler driver"
-echo "Cuda compilation tools, release {short}, V{CUDA}"
-"""
-    nccl = f"{NCCL}+cuda{short}"
-    lib = "/usr/lib/x86_64-linux-gnu"
     return (
-        DebSpec(
-            name=f"cuda-toolkit-{dashed}",
-            version=f"{CUDA}-1",
-            summary=f"CUDA Toolkit {short} meta-package",
-            files={f"/usr/local/cuda-{short}/bin/nvcc": nvcc},
-        ),
-        DebSpec(
-            name="libnccl2",
-            version=nccl,
-            summary="NVIDIA Collective Communication Library (NCCL) Runtime",
-            section="libs",
-            files={f"{lib}/libnccl.so.{NCCL.partition('-')[0]}": b"nodeforge test stub\n"},
-            links={f"{lib}/libnccl.so.2": f"libnccl.so.{NCCL.partition('-')[0]}"},
-        ),
+        *cuda_packages(),
+        *nccl_packages(NCCL, short),
         DebSpec(
             name="nvidia-fabricmanager",
             version=f"{DRIVER}-1{deb_suffix}",
@@ -305,7 +287,7 @@ def default_spec() -> MirrorSpec:
         tarballs=(
             efa_installer_tarball(EFA_INSTALLER),
             github_archive("NVIDIA/gdrcopy", GDRCOPY),
-            github_archive("NVIDIA/nccl-tests", NCCL_TESTS),
+            nccl_tests_tarball(NCCL_TESTS),
         ),
         key_files=(EFA_KEY,),
     )

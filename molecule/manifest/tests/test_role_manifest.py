@@ -18,7 +18,7 @@ def test_manifest_equals_the_repository_render(host: Any) -> None:
     text = file_text(host, "/etc/nodeforge/manifest.json")
     assert text is not None
     catalog = load_catalog(CATALOG)
-    expected = render(catalog, target_for(catalog, "local-debian13", None))["nodeforge"]
+    expected = render(catalog, target_for(catalog, "local-debian13", None))["nodeforge_manifest"]
     assert json.loads(text) == expected
 
 
