@@ -62,6 +62,16 @@ def local_fact(host: Host, name: str) -> dict[str, Any]:
     return data
 
 
+def loader_paths(host: Host, soname: str) -> list[str]:
+    """The paths the dynamic loader's cache lists for a soname, in the loader's order."""
+    listing = host.run("ldconfig -p").stdout
+    return [
+        line.split(" => ", 1)[1].strip()
+        for line in listing.splitlines()
+        if line.strip().startswith(f"{soname} ") and " => " in line
+    ]
+
+
 def file_text(host: Host, path: str) -> str | None:
     result = host.run("cat %s", path)
     return result.stdout if result.rc == 0 else None

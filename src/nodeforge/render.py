@@ -211,6 +211,8 @@ def render(
             **_image_facts(catalog, target, overrides.mirror),
             "profile": target.profile.model_dump(mode="json", exclude={"vars", "sources"}),
             "driver_flavour": target.driver_flavour(),
+            # compat.yml's branch -> newest CUDA table, for the driver role's preflight
+            "driver_cuda": [row.model_dump(mode="json") for row in catalog.compat.driver_cuda],
             "layering": layering,
             "vars": dict(layered),
         },
