@@ -310,6 +310,14 @@ def test_fabric_layer(shipped: Catalog) -> None:
     assert "fabric manager and NVLSM" in finding.message
 
 
+def test_container_runtime_layer_needs_the_stack_section(shipped: Catalog) -> None:
+    target = target_for(shipped, *B200)
+    assert _errors(target, "container-runtime") == []
+    without = replace(target, stack=_set(target.stack, container_runtime=None))
+    [finding] = _errors(without, "container-runtime")
+    assert "no container_runtime section" in finding.message
+
+
 def test_known_bad_driver_595_efa_gb200(shipped: Catalog) -> None:
     target = target_for(shipped, *GB200)
     on_595 = replace(

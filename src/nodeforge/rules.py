@@ -311,6 +311,15 @@ def _fabric_layer(t: Target) -> Iterator[Problem]:
         )
 
 
+def _container_runtime(t: Target) -> Iterator[Problem]:
+    if t.stack.container_runtime is None:
+        yield Problem(
+            f"the image enables the container_runtime layer but stack {t.stack.name} has no "
+            "container_runtime section (engine, NVIDIA container toolkit version)",
+            "add container_runtime to the stack, or remove the layer from the image",
+        )
+
+
 def _known_bad(t: Target) -> Iterator[Problem]:
     for bad in t.compat.known_bad:
         when = bad.when
@@ -367,6 +376,12 @@ RULES: tuple[Rule, ...] = (
         "nvidia_fabric",
     ),
     Rule("fabric-layer", "NVSwitch / IMEX profiles get the nvidia_fabric layer", _fabric_layer),
+    Rule(
+        "container-runtime",
+        "the container_runtime layer has a stack section",
+        _container_runtime,
+        "container_runtime",
+    ),
     Rule("known-bad", "no combination listed in compat.yml known_bad", _known_bad),
     Rule("artifact-unverified", "every artifact has a sha256 or a GPG fingerprint", _artifacts),
 )

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tests.mirror import container_toolkit
 from tests.mirror.aptrepo import RepoSpec
 from tests.mirror.cuda import cuda_packages
 from tests.mirror.debs import DebSpec
 from tests.mirror.efa import efa_installer_tarball
+from tests.mirror.gdrcopy import gdrcopy_tarball
 from tests.mirror.gpg import STUB_UID
+from tests.mirror.kmod import dkms_package
 from tests.mirror.nccl import nccl_packages, nccl_tests_tarball
 from tests.mirror.tarballs import TarballSpec
 
@@ -216,12 +219,31 @@ def debian13_packages() -> tuple[DebSpec, ...]:
             depends=(f"libnvidia-ml1 (= {version})",),
             files={"/usr/bin/nvidia-smi": nvidia_smi()},
         ),
+        # The kernel modules NVIDIA's packages build through DKMS, named `nvidia` for both
+        # flavours from 570.148 on.
+        dkms_package(
+            "nvidia-kernel-open-dkms",
+            "nvidia",
+            DRIVER,
+            version,
+            licence="Dual MIT/GPL",
+            summary="NVIDIA open GPU kernel modules (DKMS)",
+        ),
+        dkms_package(
+            "nvidia-kernel-dkms",
+            "nvidia",
+            DRIVER,
+            version,
+            licence="NVIDIA",
+            summary="NVIDIA proprietary GPU kernel modules (DKMS)",
+        ),
         DebSpec(
             name="nvidia-open",
             version=version,
             summary="NVIDIA open driver metapackage",
             depends=(
                 f"nvidia-driver-cuda (= {version})",
+                f"nvidia-kernel-open-dkms (= {version})",
                 f"nvidia-driver-pinning-{DRIVER_BRANCH} (= {version})",
             ),
         ),
@@ -242,23 +264,7 @@ def cuda_repo(distro_arch: str, packages: tuple[DebSpec, ...]) -> RepoSpec:
 
 
 def container_toolkit_repo() -> RepoSpec:
-    ctk = f"""#!/bin/sh
-echo "NVIDIA Container Toolkit CLI version {CONTAINER_TOOLKIT.partition("-")[0]}"
-"""
-    return RepoSpec(
-        path="nvidia.github.io/libnvidia-container/stable/deb/amd64",
-        packages=(
-            DebSpec(
-                name="nvidia-container-toolkit",
-                version=CONTAINER_TOOLKIT,
-                summary="NVIDIA Container toolkit",
-                files={"/usr/bin/nvidia-ctk": ctk},
-            ),
-        ),
-        origin="https://nvidia.github.io/libnvidia-container/stable",
-        label="libnvidia-container",
-        key_files=("nvidia.github.io/libnvidia-container/gpgkey",),
-    )
+    return container_toolkit.container_toolkit_repo(CONTAINER_TOOLKIT)
 
 
 def github_archive(repo: str, version: str) -> TarballSpec:
@@ -286,7 +292,7 @@ def default_spec() -> MirrorSpec:
         ),
         tarballs=(
             efa_installer_tarball(EFA_INSTALLER),
-            github_archive("NVIDIA/gdrcopy", GDRCOPY),
+            gdrcopy_tarball(GDRCOPY),
             nccl_tests_tarball(NCCL_TESTS),
         ),
         key_files=(EFA_KEY,),

@@ -374,6 +374,13 @@ class Gdrcopy(Model):
     artifact: str
 
 
+class ContainerRuntime(Model):
+    engine: Literal["containerd", "docker"] = "containerd"
+    toolkit_version: str = Field(pattern=r"^\d+\.\d+\.\d+(~[0-9A-Za-z.]+)?-[0-9A-Za-z.+~]+$")
+    """The NVIDIA container toolkit's apt version (1.18.0-1), its four packages pinned together."""
+    enroot: bool = False
+
+
 class PythonPackage(Model):
     version: VersionStr
 
@@ -450,6 +457,7 @@ class Stack(Model):
     aws_ofi_nccl: AwsOfiNccl | None = None
     gdrcopy: Gdrcopy | None = None
     frameworks: Frameworks | None = None
+    container_runtime: ContainerRuntime | None = None
     repositories: dict[Name, AptRepository] = Field(default_factory=dict)
     artifacts: dict[Name, Artifact] = Field(default_factory=dict)
     sources: list[str] = Field(min_length=1)
@@ -472,6 +480,11 @@ class Stack(Model):
             and not self.aws_ofi_nccl.artifact
         ):
             raise ValueError("aws_ofi_nccl.source 'source' needs aws_ofi_nccl.artifact")
+        if self.container_runtime and "nvidia_container_toolkit" not in self.repositories:
+            raise ValueError(
+                "container_runtime needs repositories.nvidia_container_toolkit (the toolkit's "
+                "apt repository and key)"
+            )
         return self
 
 

@@ -1,0 +1,77 @@
+"""DKMS kernel module packages, as NVIDIA's and Debian's driver packages ship theirs: the module
+source under /usr/src/<module>-<version> with its dkms.conf, and maintainer scripts that add it to
+DKMS and build it for every kernel whose headers are installed.
+
+The module is a real (empty) kernel module carrying the driver's version and licence, so DKMS,
+kbuild, modinfo and the role's coherence checks run for real against the image kernel's
+headers; it drives no hardware.
+"""
+
+from __future__ import annotations
+
+from tests.mirror.debs import DebSpec
+
+_SOURCE = """\
+/* nodeforge test stub of the {module} kernel module {version}: loads, drives nothing. */
+#include <linux/init.h>
+#include <linux/module.h>
+
+MODULE_LICENSE("{licence}");
+MODULE_VERSION("{version}");
+MODULE_DESCRIPTION("nodeforge test stub of {module}");
+
+static int __init nodeforge_stub_init(void) {{ return 0; }}
+static void __exit nodeforge_stub_exit(void) {{}}
+module_init(nodeforge_stub_init);
+module_exit(nodeforge_stub_exit);
+"""
+
+_DKMS_CONF = """\
+PACKAGE_NAME="{module}"
+PACKAGE_VERSION="{version}"
+BUILT_MODULE_NAME[0]="{module}"
+DEST_MODULE_LOCATION[0]="/updates/dkms"
+AUTOINSTALL="yes"
+"""
+
+# What dh_dkms' postinst amounts to here: add once, then build and install for each kernel
+# that has headers (the builder's running kernel has none in a container).
+_POSTINST = """\
+#!/bin/sh
+set -e
+if [ "$1" = configure ]; then
+  dkms status -m {module} -v {version} | grep -q . || dkms add -m {module} -v {version}
+  for build in /lib/modules/*/build; do
+    [ -e "$build/Makefile" ] || continue
+    kernel=$(basename "$(dirname "$build")")
+    dkms install -m {module} -v {version} -k "$kernel"
+  done
+fi
+"""
+
+_PRERM = """\
+#!/bin/sh
+set -e
+dkms remove -m {module} -v {version} --all || true
+"""
+
+
+def dkms_package(
+    name: str, module: str, version: str, deb_version: str, *, licence: str, summary: str
+) -> DebSpec:
+    """`name` at `deb_version`, shipping DKMS module `module` at `version`."""
+    values = {"module": module, "version": version, "licence": licence}
+    source = f"/usr/src/{module}-{version}"
+    return DebSpec(
+        name=name,
+        version=deb_version,
+        summary=summary,
+        section="kernel",
+        depends=("dkms",),
+        files={
+            f"{source}/dkms.conf": _DKMS_CONF.format(**values),
+            f"{source}/Kbuild": f"obj-m := {module}.o\n",
+            f"{source}/{module}.c": _SOURCE.format(**values),
+        },
+        scripts={"postinst": _POSTINST.format(**values), "prerm": _PRERM.format(**values)},
+    )
