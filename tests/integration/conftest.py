@@ -8,7 +8,6 @@ side by side, and every test that builds or boots the local image in the one gro
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 from nodeforge.local.baseimage import ensure_base_image
+from nodeforge.local.playbook import run_in_container
 from nodeforge.local.podman import image_exists
 from tests.conftest import REPO
 
@@ -67,25 +67,4 @@ def run_playbook(
     """ansible-playbook with the repo's ansible.cfg against one booted container."""
     path = work_dir / "playbook.yml"
     path.write_text(playbook, encoding="utf-8")
-    inventory = work_dir / "inventory.json"
-    host = {
-        "ansible_connection": "containers.podman.podman",
-        "ansible_python_interpreter": "/usr/bin/python3",
-    }
-    inventory.write_text(json.dumps({"all": {"hosts": {container: host}}}), encoding="utf-8")
-    venv_bin = Path(sys.executable).parent
-    argv = [str(venv_bin / "ansible-playbook"), "-i", str(inventory), str(path)]
-    if extra_vars:
-        argv += ["--extra-vars", json.dumps(extra_vars)]
-    return subprocess.run(
-        argv,
-        cwd=REPO,
-        env={
-            **os.environ,
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}",
-        },
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_in_container(path, container, extra_vars or {}, repo_root=REPO)

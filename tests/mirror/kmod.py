@@ -9,6 +9,8 @@ headers; it drives no hardware.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tests.mirror.debs import DebSpec
 
 _SOURCE = """\
@@ -57,9 +59,17 @@ dkms remove -m {module} -v {version} --all || true
 
 
 def dkms_package(
-    name: str, module: str, version: str, deb_version: str, *, licence: str, summary: str
+    name: str,
+    module: str,
+    version: str,
+    deb_version: str,
+    *,
+    licence: str,
+    summary: str,
+    headers: Mapping[str, str] | None = None,
 ) -> DebSpec:
-    """`name` at `deb_version`, shipping DKMS module `module` at `version`."""
+    """`name` at `deb_version`, shipping DKMS module `module` at `version`, and `headers`
+    (paths under the module's source folder) that other modules build against."""
     values = {"module": module, "version": version, "licence": licence}
     source = f"/usr/src/{module}-{version}"
     return DebSpec(
@@ -72,6 +82,7 @@ def dkms_package(
             f"{source}/dkms.conf": _DKMS_CONF.format(**values),
             f"{source}/Kbuild": f"obj-m := {module}.o\n",
             f"{source}/{module}.c": _SOURCE.format(**values),
+            **{f"{source}/{path}": text for path, text in (headers or {}).items()},
         },
         scripts={"postinst": _POSTINST.format(**values), "prerm": _PRERM.format(**values)},
     )

@@ -194,6 +194,11 @@ def ubuntu2404_packages() -> tuple[DebSpec, ...]:
     )
 
 
+_P2P_HEADER = {
+    "nvidia/nv-p2p.h": "/* nodeforge test stub of nv-p2p.h: the peer-to-peer API gdrdrv uses */\n"
+}
+
+
 def debian13_packages() -> tuple[DebSpec, ...]:
     version = f"{DRIVER}-1"
     files, links = _nvml_files(DRIVER)
@@ -220,7 +225,7 @@ def debian13_packages() -> tuple[DebSpec, ...]:
             files={"/usr/bin/nvidia-smi": nvidia_smi()},
         ),
         # The kernel modules NVIDIA's packages build through DKMS, named `nvidia` for both
-        # flavours from 570.148 on.
+        # flavours from 570.148 on, with nv-p2p.h where gdrdrv's build looks for it.
         dkms_package(
             "nvidia-kernel-open-dkms",
             "nvidia",
@@ -228,6 +233,7 @@ def debian13_packages() -> tuple[DebSpec, ...]:
             version,
             licence="Dual MIT/GPL",
             summary="NVIDIA open GPU kernel modules (DKMS)",
+            headers=_P2P_HEADER,
         ),
         dkms_package(
             "nvidia-kernel-dkms",
@@ -236,6 +242,7 @@ def debian13_packages() -> tuple[DebSpec, ...]:
             version,
             licence="NVIDIA",
             summary="NVIDIA proprietary GPU kernel modules (DKMS)",
+            headers=_P2P_HEADER,
         ),
         DebSpec(
             name="nvidia-open",
@@ -265,19 +272,6 @@ def cuda_repo(distro_arch: str, packages: tuple[DebSpec, ...]) -> RepoSpec:
 
 def container_toolkit_repo() -> RepoSpec:
     return container_toolkit.container_toolkit_repo(CONTAINER_TOOLKIT)
-
-
-def github_archive(repo: str, version: str) -> TarballSpec:
-    """GitHub's `archive/v<ver>.tar.gz`: one top folder `<name>-<ver>`."""
-    top = f"{repo.split('/')[1]}-{version}"
-    makefile = "all:\n\t@echo nodeforge test stub: nothing to build\ninstall:\n\t@true\n"
-    return TarballSpec(
-        path=f"github.com/{repo}/archive/v{version}.tar.gz",
-        files={
-            f"{top}/Makefile": makefile,
-            f"{top}/README.stub": f"nodeforge test stub of {repo}\n",
-        },
-    )
 
 
 EFA_KEY = "efa-installer.amazonaws.com/aws-efa-installer.key"

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nodeforge.catalog.models import Framework
+from nodeforge.local.playbook import run_in_container
 from nodeforge.lock import FRAMEWORK_DISTRIBUTIONS, canonical, read_lock, render_lock
 from nodeforge.probes import framework_report, run_python
 
@@ -79,31 +78,8 @@ def _negative(host: Any, lock: Path, **role_vars: Any) -> str:
         "python_ml_compile_bytecode": False,
         **role_vars,
     }
-    venv_bin = Path(sys.executable).parent
-    result = subprocess.run(
-        [
-            str(venv_bin / "ansible-playbook"),
-            "-i",
-            f"{name},",
-            "-c",
-            "containers.podman.podman",
-            "-e",
-            "ansible_python_interpreter=/usr/bin/python3",
-            "-e",
-            json.dumps(extra),
-            str(Path(__file__).resolve().parents[1] / "negative.yml"),
-        ],
-        cwd=REPO,
-        env={
-            **os.environ,
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "ANSIBLE_CACHE_PLUGIN": "memory",
-            "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}",
-        },
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    playbook = Path(__file__).resolve().parents[1] / "negative.yml"
+    result = run_in_container(playbook, name, extra, repo_root=REPO)
     output = " ".join((result.stdout + result.stderr).split())
     assert result.returncode != 0, output
     assert not host.file("/opt/nodeforge/negative/train").exists

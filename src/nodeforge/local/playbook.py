@@ -93,6 +93,35 @@ def run_playbook(
     return result
 
 
+def run_in_container(
+    playbook: Path, container: str, extra_vars: dict[str, Any], *, repo_root: Path
+) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook against one running podman container, by name, with the repository's
+    ansible.cfg and its human output captured (for a harness that reads what failed)."""
+    return subprocess.run(
+        [
+            ansible_playbook(),
+            "--inventory",
+            f"{container},",
+            "--connection",
+            "containers.podman.podman",
+            "--extra-vars",
+            json.dumps({"ansible_python_interpreter": "/usr/bin/python3", **extra_vars}),
+            str(playbook),
+        ],
+        cwd=repo_root,
+        env={
+            **os.environ,
+            "ANSIBLE_CONFIG": str(repo_root / "ansible.cfg"),
+            "ANSIBLE_CACHE_PLUGIN": "memory",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def _follow(line: str, result: PlaybookResult, progress: Progress) -> None:
     try:
         event: dict[str, Any] = json.loads(line)
