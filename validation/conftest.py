@@ -107,7 +107,11 @@ def missing_capabilities(request: pytest.FixtureRequest, needed: list[str]) -> l
         return [f"{c} (the nodeforge fact did not run: {exc})" for c in needed]
     evidence = {
         "gpu": ("gpu_count", fact.get("gpu_count", 0)),
-        "nvswitch": ("nvswitch_count", fact.get("nvswitch_count", 0)),
+        # NVLink 5 (B200/B300): the switches are managed through ConnectX bridges, not PCI
+        "nvswitch": (
+            "nvswitch_count+switch_management_bridges",
+            fact.get("nvswitch_count", 0) + fact.get("switch_management_bridges", 0),
+        ),
         "efa": ("efa_count", fact.get("efa_count", 0)),
     }
     missing = [

@@ -62,7 +62,14 @@ def test_chrony_enabled(host: Any) -> None:
 
 def test_hardware_fact_runs(host: Any) -> None:
     fact = local_fact(host, "nodeforge")
-    assert set(fact) == {"gpu_count", "gpu_device_ids", "nvswitch_count", "efa_count", "sysfs_root"}
+    assert set(fact) == {
+        "gpu_count",
+        "gpu_device_ids",
+        "nvswitch_count",
+        "switch_management_bridges",
+        "efa_count",
+        "sysfs_root",
+    }
 
 
 @pytest.mark.gpu

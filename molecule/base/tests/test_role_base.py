@@ -73,5 +73,6 @@ def test_fact_counts_the_faked_p5(host: Any) -> None:
         "gpu_count": 8,
         "gpu_device_ids": ["0x2330"],
         "nvswitch_count": 4,
+        "switch_management_bridges": 1,
         "sysfs_root": "/opt/fake-sysfs",
     }
