@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,8 @@ import yaml
 from _pytest.nodeid import NodeId
 
 from nodeforge.catalog.loader import Catalog, load_catalog
+from nodeforge.catalog.models import Artifact, Enroot, Pyxis
+from nodeforge.target import Target
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "images"
@@ -62,3 +65,32 @@ def edit(catalog_dir: Path) -> Edit:
         return path
 
     return apply
+
+
+def with_enroot(target: Target) -> Target:
+    """`target` with the enroot layer on, its stack given an enroot section (x86_64 packages
+    and pyxis) and those artifacts, as a stack that ships enroot would declare them."""
+    release = "https://github.com/NVIDIA/enroot/releases/download/v4.2.1"
+    artifacts = {
+        "enroot_amd64": Artifact(
+            url=f"{release}/enroot_4.2.1-1_amd64.deb", sha256="a" * 64, source="test"
+        ),
+        "enroot_caps_amd64": Artifact(
+            url=f"{release}/enroot+caps_4.2.1-1_amd64.deb", sha256="b" * 64, source="test"
+        ),
+        "pyxis": Artifact(
+            url="https://github.com/NVIDIA/pyxis/archive/refs/tags/v0.24.0.tar.gz",
+            sha256="c" * 64,
+            source="test",
+        ),
+    }
+    enroot = Enroot(
+        version="4.2.1",
+        packages={"x86_64": ["enroot_amd64", "enroot_caps_amd64"]},
+        pyxis=Pyxis(version="0.24.0", artifact="pyxis"),
+    )
+    stack = target.stack.model_copy(
+        update={"enroot": enroot, "artifacts": {**target.stack.artifacts, **artifacts}}
+    )
+    image = target.image.model_copy(update={"layers": [*target.image.layers, "enroot"]})
+    return dataclasses.replace(target, stack=stack, image=image)

@@ -17,6 +17,7 @@ from nodeforge.catalog.models import Artifact, AwsOfiNccl
 from nodeforge.errors import InputError
 from nodeforge.render import resolve_url
 from nodeforge.target import Target, target_for
+from tests.conftest import with_enroot
 from tests.mirror import Mirror, Served, build_mirror, default_spec, serve
 
 EFA = "efa-installer.amazonaws.com/aws-efa-installer-1.51.0.tar.gz"
@@ -278,6 +279,24 @@ def test_artifacts_for_follows_the_enabled_layers(p5: Target) -> None:
     no_efa = _with_layers(p5, [layer for layer in p5.image.layers if layer != "efa"])
     assert set(artifacts_for(no_efa)) == {"gdrcopy", "nccl_tests"}
     assert artifacts_for(_with_layers(p5, ["base", "nvidia_driver"])) == {}
+
+
+def test_artifacts_for_takes_the_enroot_packages_of_the_images_architecture(p5: Target) -> None:
+    enroot = with_enroot(p5)
+    assert set(artifacts_for(enroot)) == {
+        "efa_installer",
+        "gdrcopy",
+        "nccl_tests",
+        "enroot_amd64",
+        "enroot_caps_amd64",
+        "pyxis",
+    }
+    assert enroot.stack.enroot is not None
+    section = enroot.stack.enroot.model_copy(update={"pyxis": None})
+    no_pyxis = dataclasses.replace(
+        enroot, stack=enroot.stack.model_copy(update={"enroot": section})
+    )
+    assert "pyxis" not in artifacts_for(no_pyxis)
 
 
 def test_artifacts_for_takes_aws_ofi_nccl_only_when_built_from_source(p5: Target) -> None:

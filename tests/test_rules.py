@@ -14,6 +14,7 @@ from nodeforge.catalog.models import Artifact
 from nodeforge.check import Finding, check_targets
 from nodeforge.rules import RULES
 from nodeforge.target import Target, target_for, targets
+from tests.conftest import with_enroot
 
 HOPPER = ("p5-ubuntu24.04", "p5.48xlarge")
 B200 = ("p6-ubuntu24.04", "p6-b200.48xlarge")
@@ -316,6 +317,20 @@ def test_container_runtime_layer_needs_the_stack_section(shipped: Catalog) -> No
     without = replace(target, stack=_set(target.stack, container_runtime=None))
     [finding] = _errors(without, "container-runtime")
     assert "no container_runtime section" in finding.message
+
+
+def test_enroot_layer_needs_packages_for_the_image(shipped: Catalog) -> None:
+    target = with_enroot(target_for(shipped, *HOPPER))
+    assert _errors(target, "enroot") == []
+    without = replace(target, stack=_set(target.stack, enroot=None))
+    [finding] = _errors(without, "enroot")
+    assert "no enroot section" in finding.message
+    arm = with_enroot(target_for(shipped, *GB200))  # the stack names x86_64 packages only
+    [finding] = _errors(arm, "enroot")
+    assert finding.message == f"stack {arm.stack.name} names no enroot packages for arm64"
+    al2023 = replace(target, os=shipped.os["al2023"])
+    [finding] = _errors(al2023, "enroot")
+    assert "al2023 uses dnf" in finding.message
 
 
 def test_known_bad_driver_595_efa_gb200(shipped: Catalog) -> None:

@@ -55,15 +55,21 @@ def artifacts_for(target: Target) -> dict[str, Artifact]:
     ofi = stack.aws_ofi_nccl
     # The installer-bundled aws-ofi-nccl downloads nothing of its own, even if an artifact is
     # named: only a source build fetches the plugin's tarball.
-    refs = {
-        "efa": stack.efa.artifact if stack.efa else None,
-        "gdrcopy": stack.gdrcopy.artifact if stack.gdrcopy else None,
-        "aws_ofi_nccl": ofi.artifact if ofi and ofi.source == "source" else None,
-        "nccl": stack.nccl.tests_artifact,
+    enroot = stack.enroot
+    refs: dict[str, list[str | None]] = {
+        "efa": [stack.efa.artifact if stack.efa else None],
+        "gdrcopy": [stack.gdrcopy.artifact if stack.gdrcopy else None],
+        "aws_ofi_nccl": [ofi.artifact if ofi and ofi.source == "source" else None],
+        "nccl": [stack.nccl.tests_artifact],
+        "enroot": [
+            *(enroot.packages.get(target.image.arch, []) if enroot else []),
+            enroot.pyxis.artifact if enroot and enroot.pyxis else None,
+        ],
     }
     return {
         ref: stack.artifacts[ref]
-        for layer, ref in refs.items()
+        for layer, layer_refs in refs.items()
+        for ref in layer_refs
         if ref is not None and target.layer(layer)
     }
 

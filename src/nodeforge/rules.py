@@ -320,6 +320,28 @@ def _container_runtime(t: Target) -> Iterator[Problem]:
         )
 
 
+def _enroot(t: Target) -> Iterator[Problem]:
+    enroot = t.stack.enroot
+    if enroot is None:
+        yield Problem(
+            f"the image enables the enroot layer but stack {t.stack.name} has no enroot "
+            "section (enroot version and release packages, pyxis)",
+            "add enroot to the stack, or remove the layer from the image",
+        )
+        return
+    if t.image.arch not in enroot.packages:
+        yield Problem(
+            f"stack {t.stack.name} names no enroot packages for {t.image.arch}",
+            f"add enroot.packages.{t.image.arch} (the release's enroot and enroot+caps .debs)",
+        )
+    if t.os.package_family != "apt":
+        yield Problem(
+            f"the enroot layer installs enroot's release .debs, and {t.os.name} uses "
+            f"{t.os.package_family}",
+            "remove enroot from the image's layers (Debian and Ubuntu only for now)",
+        )
+
+
 def _known_bad(t: Target) -> Iterator[Problem]:
     for bad in t.compat.known_bad:
         when = bad.when
@@ -382,6 +404,7 @@ RULES: tuple[Rule, ...] = (
         _container_runtime,
         "container_runtime",
     ),
+    Rule("enroot", "the enroot layer has packages for the image", _enroot, "enroot"),
     Rule("known-bad", "no combination listed in compat.yml known_bad", _known_bad),
     Rule("artifact-unverified", "every artifact has a sha256 or a GPG fingerprint", _artifacts),
 )

@@ -77,6 +77,10 @@ class Target:
             if self.layer("aws_ofi_nccl") and (ofi := self.ofi_nccl_version())
             else None,
             "gdrcopy": stack.gdrcopy.version if self.layer("gdrcopy") and stack.gdrcopy else None,
+            "enroot": stack.enroot.version if self.layer("enroot") and stack.enroot else None,
+            "pyxis": stack.enroot.pyxis.version
+            if self.layer("enroot") and stack.enroot and stack.enroot.pyxis
+            else None,
             "pytorch": f"{stack.frameworks.pytorch.version}+{stack.frameworks.pytorch.variant}"
             if self.layer("python_ml") and stack.frameworks
             else None,

@@ -12,6 +12,7 @@ from tests.mirror.aptrepo import RepoSpec
 from tests.mirror.cuda import cuda_packages
 from tests.mirror.debs import DebSpec
 from tests.mirror.efa import efa_installer_tarball
+from tests.mirror.enroot import enroot_debs, pyxis_tarball
 from tests.mirror.gdrcopy import gdrcopy_tarball
 from tests.mirror.gpg import STUB_UID
 from tests.mirror.kmod import dkms_package
@@ -26,6 +27,8 @@ EFA_INSTALLER = "1.51.0"
 GDRCOPY = "2.5.1"
 NCCL_TESTS = "2.17.6"
 CONTAINER_TOOLKIT = "1.18.0-1"
+ENROOT = "4.2.1"
+PYXIS = "0.24.0"
 # NVLSM versions on its own calendar, not the driver's: nvlsm_2025.06.10-1_amd64.deb in
 # ubuntu2404/x86_64 (a third-party install guide quotes that file name).
 NVLSM = "2025.06.10-1"
@@ -288,6 +291,8 @@ def default_spec() -> MirrorSpec:
             efa_installer_tarball(EFA_INSTALLER),
             gdrcopy_tarball(GDRCOPY),
             nccl_tests_tarball(NCCL_TESTS),
+            *enroot_debs(ENROOT),
+            pyxis_tarball(PYXIS),
         ),
         key_files=(EFA_KEY,),
     )

@@ -22,12 +22,15 @@ class TarballSpec:
     `files` are archive member paths; a member whose content starts with `#!` is executable.
     `debs` maps an archive folder to stub packages built into it (the EFA installer's DEBS/).
     `signed` publishes a binary detached signature at `<path>.sig`, as AWS does for EFA.
+    `deb` makes the file one package instead of a tarball: a release asset such as enroot's
+    `enroot_<ver>-1_amd64.deb` (then `files` and `debs` stay empty).
     """
 
     path: str
-    files: Mapping[str, str | bytes]
+    files: Mapping[str, str | bytes] = field(default_factory=dict)
     debs: Mapping[str, tuple[DebSpec, ...]] = field(default_factory=dict)
     signed: bool = False
+    deb: DebSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -70,12 +73,20 @@ def tar_bytes(files: Mapping[str, str | bytes]) -> bytes:
 def build_tarball(root: Path, spec: TarballSpec, key: SigningKey) -> BuiltTarball:
     target = root / spec.path.strip("/")
     target.parent.mkdir(parents=True, exist_ok=True)
-    data = tar_bytes({**spec.files, **_deb_members(spec.debs)})
+    if spec.deb is not None:
+        data = _deb_bytes(spec.deb)
+    else:
+        data = tar_bytes({**spec.files, **_deb_members(spec.debs)})
     target.write_bytes(data)
     signature = None
     if spec.signed:
         signature = key.detach_sign(target, target.with_name(target.name + ".sig"))
     return BuiltTarball(spec, target, hashlib.sha256(data).hexdigest(), signature)
+
+
+def _deb_bytes(package: DebSpec) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="nf-release-deb-") as tmp:
+        return build_deb(package, Path(tmp)).read_bytes()
 
 
 def _deb_members(debs: Mapping[str, tuple[DebSpec, ...]]) -> dict[str, bytes]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from nodeforge.local.playbook import run_in_container
+from nodeforge.local.playbook import expect_failure
 from nodeforge.probes import file_text, unit_state
 
 REPO = Path(__file__).resolve().parents[3]
@@ -222,10 +222,7 @@ def _negative(host: Any, **role_vars: Any) -> str:
         pytest.skip("needs the served test mirror (NODEFORGE_TEST_MIRROR)")
     extra = {"gdrcopy_version": VERSION, "gdrcopy_url": f"{mirror}{TARBALL}", **role_vars}
     playbook = Path(__file__).resolve().parents[1] / "negative.yml"
-    result = run_in_container(playbook, host.backend.name, extra, repo_root=REPO)
-    output = " ".join((result.stdout + result.stderr).split())
-    assert result.returncode != 0, output
-    return output
+    return expect_failure(playbook, host.backend.name, extra, repo_root=REPO)
 
 
 def _installed(host: Any) -> dict[str, str]:

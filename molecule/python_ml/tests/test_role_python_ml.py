@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from nodeforge.catalog.models import Framework
-from nodeforge.local.playbook import run_in_container
+from nodeforge.local.playbook import expect_failure
 from nodeforge.lock import FRAMEWORK_DISTRIBUTIONS, canonical, read_lock, render_lock
 from nodeforge.probes import framework_report, run_python
 
@@ -79,9 +79,7 @@ def _negative(host: Any, lock: Path, **role_vars: Any) -> str:
         **role_vars,
     }
     playbook = Path(__file__).resolve().parents[1] / "negative.yml"
-    result = run_in_container(playbook, name, extra, repo_root=REPO)
-    output = " ".join((result.stdout + result.stderr).split())
-    assert result.returncode != 0, output
+    output = expect_failure(playbook, name, extra, repo_root=REPO)
     assert not host.file("/opt/nodeforge/negative/train").exists
     return output
 

@@ -23,6 +23,7 @@ LAYERS: tuple[str, ...] = (
     "nccl",
     "python_ml",
     "container_runtime",
+    "enroot",
     "image_cleanup",
 )
 """Every layer, in the order `playbooks/image.yml` applies them."""
@@ -38,6 +39,7 @@ Layer = Literal[
     "nccl",
     "python_ml",
     "container_runtime",
+    "enroot",
     "image_cleanup",
 ]
 
@@ -378,7 +380,21 @@ class ContainerRuntime(Model):
     engine: Literal["containerd", "docker"] = "containerd"
     toolkit_version: str = Field(pattern=r"^\d+\.\d+\.\d+(~[0-9A-Za-z.]+)?-[0-9A-Za-z.+~]+$")
     """The NVIDIA container toolkit's apt version (1.18.0-1), its four packages pinned together."""
-    enroot: bool = False
+
+
+class Pyxis(Model):
+    version: VersionStr
+    artifact: str
+    """The source tarball, built on the node against its Slurm's spank.h."""
+
+
+class Enroot(Model):
+    """enroot from NVIDIA's release packages, and pyxis (its Slurm plugin) built from source."""
+
+    version: VersionStr
+    packages: dict[Arch, list[str]] = Field(min_length=1)
+    """Per architecture, the artifacts of the release's .debs: enroot, then enroot+caps if any."""
+    pyxis: Pyxis | None = None
 
 
 class PythonPackage(Model):
@@ -458,6 +474,7 @@ class Stack(Model):
     gdrcopy: Gdrcopy | None = None
     frameworks: Frameworks | None = None
     container_runtime: ContainerRuntime | None = None
+    enroot: Enroot | None = None
     repositories: dict[Name, AptRepository] = Field(default_factory=dict)
     artifacts: dict[Name, Artifact] = Field(default_factory=dict)
     sources: list[str] = Field(min_length=1)
@@ -470,7 +487,16 @@ class Stack(Model):
             "aws_ofi_nccl.artifact": self.aws_ofi_nccl.artifact if self.aws_ofi_nccl else None,
             "gdrcopy.artifact": self.gdrcopy.artifact if self.gdrcopy else None,
             "nccl.tests_artifact": self.nccl.tests_artifact,
+            "enroot.pyxis.artifact": self.enroot.pyxis.artifact
+            if self.enroot and self.enroot.pyxis
+            else None,
         }
+        if self.enroot:
+            refs |= {
+                f"enroot.packages.{arch}[{i}]": ref
+                for arch, names in self.enroot.packages.items()
+                for i, ref in enumerate(names)
+            }
         for field, ref in refs.items():
             if ref is not None and ref not in self.artifacts:
                 raise ValueError(f"{field} names artifact '{ref}', which is not under artifacts")

@@ -113,6 +113,12 @@ def show(catalog: Catalog, name: str, as_json: bool, out: TextIO) -> int:
                     if stack.gdrcopy
                     else []
                 ),
+                *([["enroot", stack.enroot.version, "release packages"]] if stack.enroot else []),
+                *(
+                    [["pyxis", stack.enroot.pyxis.version, stack.enroot.pyxis.artifact]]
+                    if stack.enroot and stack.enroot.pyxis
+                    else []
+                ),
                 *(
                     [
                         [

@@ -122,6 +122,17 @@ def run_in_container(
     )
 
 
+def expect_failure(
+    playbook: Path, container: str, extra_vars: dict[str, Any], *, repo_root: Path
+) -> str:
+    """run_in_container for a run that must fail (a negative test): its output on one line,
+    whitespace folded so a message Ansible wrapped still matches; AssertionError if it passed."""
+    result = run_in_container(playbook, container, extra_vars, repo_root=repo_root)
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0, f"{playbook.name} passed, but must fail: {output}"
+    return output
+
+
 def _follow(line: str, result: PlaybookResult, progress: Progress) -> None:
     try:
         event: dict[str, Any] = json.loads(line)
