@@ -22,9 +22,11 @@ quickstart: $(STAMP) podman
 	$(BIN)/nodeforge check $(DEFAULT_IMAGE)
 	$(BIN)/nodeforge build $(DEFAULT_IMAGE) --target local
 
-## podman, runc and debootstrap with the settings these machines need (root; idempotent).
+## podman, runc, debootstrap and the rpm tools with the settings these machines need (root;
+## idempotent).
 podman:
 	@command -v podman >/dev/null && command -v debootstrap >/dev/null \
+	  && command -v createrepo_c >/dev/null \
 	  && test -f /etc/containers/containers.conf.d/50-nodeforge.conf \
 	  || tools/setup-podman.sh
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import Edit
 from tests.mirror import (
@@ -38,6 +39,7 @@ from tests.mirror.efa import EFA_LOG_ENV
 
 CUDA_UBUNTU = "developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64"
 CUDA_DEBIAN = "developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64"
+CUDA_AMZN2023 = "developer.download.nvidia.com/compute/cuda/repos/amzn2023/x86_64"
 DISTS_REPO = "deb.nodeforge.invalid/debian"
 EFA = "efa-installer.amazonaws.com/aws-efa-installer-1.51.0.tar.gz"
 NODEFORGE = Path(sys.executable).with_name("nodeforge")
@@ -203,6 +205,33 @@ def test_apt_rejects_a_tampered_inrelease(mirror: Mirror, tmp_path: Path) -> Non
 
 
 # ------------------------------------------------------------------ tarballs
+
+
+def test_rpm_repo_signed_with_module_streams(mirror: Mirror, tmp_path: Path) -> None:
+    repo = mirror.rpm_repositories[CUDA_AMZN2023]
+    # rpm's own check, against a database that trusts only the published key
+    database = tmp_path / "rpmdb"
+    key = repo.directory / "D42D0685.pub"
+    subprocess.run(["rpm", "--dbpath", str(database), "--import", str(key)], check=True)
+    packages = sorted(repo.directory.glob("*.rpm"))
+    checked = subprocess.run(
+        ["rpm", "--dbpath", str(database), "-K", *map(str, packages)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("digests signatures OK") == len(packages) == 12
+    repomd = repo.directory / "repodata" / "repomd.xml"
+    signature = repomd.with_name("repomd.xml.asc")
+    assert verify_detached(key, signature, repomd) == mirror.fingerprint
+    documents = list(
+        yaml.safe_load_all(gzip.decompress((repomd.parent / "modules.yaml.gz").read_bytes()))
+    )
+    streams = {d["data"]["stream"]: d["data"]["artifacts"]["rpms"] for d in documents}
+    assert sorted(streams) == ["575-dkms", "575-open", "580-dkms", "580-open"]
+    assert "kmod-nvidia-open-dkms-3:580.95.05-1.amzn2023.noarch" in streams["580-open"]
+    assert "kmod-nvidia-latest-dkms-3:580.95.05-1.amzn2023.noarch" in streams["580-dkms"]
 
 
 def test_tarball_checksum_and_signature_hold_until_a_byte_flips(

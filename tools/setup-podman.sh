@@ -11,9 +11,10 @@ fi
 
 # conmon monitors containers, uidmap provides newuidmap for rootless use, fuse-overlayfs and
 # slirp4netns are podman's fallbacks where kernel overlay or host networking are unavailable,
-# and runc replaces crun, which refuses the hybrid cgroup layout of these machines.
+# and runc replaces crun, which refuses the hybrid cgroup layout of these machines. rpm and
+# createrepo-c build the test mirror's stub rpm repository (rpmbuild, rpmsign, createrepo_c).
 PACKAGES=(podman runc conmon uidmap fuse-overlayfs slirp4netns containernetworking-plugins
-  debootstrap ca-certificates tar)
+  debootstrap ca-certificates tar rpm createrepo-c)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

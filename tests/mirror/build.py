@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tests.mirror.aptrepo import BuiltRepo, build_repo
 from tests.mirror.gpg import throwaway_key
+from tests.mirror.rpmrepo import BuiltRpmRepo, build_rpm_repo
 from tests.mirror.server import MirrorServer, serve_directory
 from tests.mirror.spec import MirrorSpec
 from tests.mirror.tarballs import BuiltTarball, build_tarball
@@ -31,6 +32,7 @@ class Mirror:
     tarballs: Mapping[str, BuiltTarball]
     key_files: tuple[str, ...] = ()
     """Where else the armored public key is published (artifacts' key_url)."""
+    rpm_repositories: Mapping[str, BuiltRpmRepo] = field(default_factory=dict)
     url: str | None = None
 
     @property
@@ -62,12 +64,17 @@ def build_mirror(root: Path, spec: MirrorSpec) -> Mirror:
     with throwaway_key(spec.key_uid) as key:
         repos = {repo.path: repo for repo in (build_repo(root, r, key) for r in spec.repositories)}
         tarballs = {t.path: t for t in (build_tarball(root, s, key) for s in spec.tarballs)}
+        rpm_repos = {
+            r.path: r for r in (build_rpm_repo(root, s, key) for s in spec.rpm_repositories)
+        }
         key_path = key.export(root / KEY_DIR / "stub-key.asc", armor=True)
         keyring_path = key.export(root / KEY_DIR / "stub-key.gpg", armor=False)
         for published in spec.key_files:
             key.export(root / published.strip("/"), armor=True)
         fingerprint = key.fingerprint
-    return Mirror(root, fingerprint, key_path, keyring_path, repos, tarballs, spec.key_files)
+    return Mirror(
+        root, fingerprint, key_path, keyring_path, repos, tarballs, spec.key_files, rpm_repos
+    )
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from tests.mirror.gdrcopy import gdrcopy_tarball
 from tests.mirror.gpg import STUB_UID
 from tests.mirror.kmod import dkms_package
 from tests.mirror.nccl import nccl_packages, nccl_tests_tarball
+from tests.mirror.rpmrepo import ModuleStream, RpmRepoSpec, RpmSpec
 from tests.mirror.tarballs import TarballSpec
 
 DRIVER = "580.95.05"
@@ -34,6 +35,11 @@ PYXIS = "0.24.0"
 NVLSM = "2025.06.10-1"
 CUDA_REPO_HOST = "developer.download.nvidia.com/compute/cuda/repos"
 CUDA_REPO_KEY = "3bf863cc.pub"
+# NVIDIA signs its rpm repositories (rhel*, amzn2023) with another key than its apt ones
+# (NVIDIA/cuda-repo-management README: amzn2023 | D42D0685 | cuda-amzn2023.repo).
+CUDA_RPM_REPO_KEY = "D42D0685.pub"
+# An older branch on the same repository, offered only through its own stream.
+OLD_DRIVER = "575.57.08"
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,7 @@ class MirrorSpec:
     key_uid: str = STUB_UID
     key_files: tuple[str, ...] = ()
     """Mirror-root-relative places that publish the armored public key (an artifact's key_url)."""
+    rpm_repositories: tuple[RpmRepoSpec, ...] = ()
 
 
 def nvidia_smi(version: str = DRIVER) -> str:
@@ -277,6 +284,38 @@ def container_toolkit_repo() -> RepoSpec:
     return container_toolkit.container_toolkit_repo(CONTAINER_TOOLKIT)
 
 
+def _amzn2023_driver(version: str, flavour: str) -> tuple[RpmSpec, ...]:
+    """The compute-only driver set of one branch on amzn2023: NVIDIA's names, epoch 3, the
+    `.amzn2023` release; the kernel module package is noarch (DKMS source)."""
+    release = "1.amzn2023"
+    kmod = "kmod-nvidia-open-dkms" if flavour == "open" else "kmod-nvidia-latest-dkms"
+    userspace = ("nvidia-driver-cuda", "nvidia-driver-cuda-libs", "nvidia-kmod-common")
+    return (
+        RpmSpec(kmod, version, release, epoch=3, arch="noarch"),
+        *(RpmSpec(name, version, release, epoch=3) for name in userspace),
+        RpmSpec("nvidia-persistenced", version, release, epoch=3),
+    )
+
+
+def amzn2023_repo(distro_arch: str = "amzn2023/x86_64") -> RpmRepoSpec:
+    """NVIDIA's CUDA repository for Amazon Linux 2023: the driver only through its module
+    streams (`<branch>-open`, `<branch>-dkms`), two branches of them, and the repo key."""
+    path = f"{CUDA_REPO_HOST}/{distro_arch}"
+    streams = [
+        ModuleStream(
+            "nvidia-driver",
+            f"{version.split('.')[0]}-{'open' if flavour == 'open' else 'dkms'}",
+            _amzn2023_driver(version, flavour),
+            profiles={"default": ("nvidia-driver-cuda",)},
+        )
+        for version in (DRIVER, OLD_DRIVER)
+        for flavour in ("open", "proprietary")
+    ]
+    return RpmRepoSpec(
+        path=path, modules=tuple(streams), key_files=(f"{path}/{CUDA_RPM_REPO_KEY}",)
+    )
+
+
 EFA_KEY = "efa-installer.amazonaws.com/aws-efa-installer.key"
 
 
@@ -295,4 +334,5 @@ def default_spec() -> MirrorSpec:
             pyxis_tarball(PYXIS),
         ),
         key_files=(EFA_KEY,),
+        rpm_repositories=(amzn2023_repo(),),
     )
