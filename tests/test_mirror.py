@@ -221,7 +221,7 @@ def test_rpm_repo_signed_with_module_streams(mirror: Mirror, tmp_path: Path) -> 
         check=False,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert checked.stdout.count("digests signatures OK") == len(packages) == 12
+    assert checked.stdout.count("digests signatures OK") == len(packages) == 13
     repomd = repo.directory / "repodata" / "repomd.xml"
     signature = repomd.with_name("repomd.xml.asc")
     assert verify_detached(key, signature, repomd) == mirror.fingerprint

@@ -15,7 +15,7 @@ from tests.mirror.efa import efa_installer_tarball
 from tests.mirror.enroot import enroot_debs, pyxis_tarball
 from tests.mirror.gdrcopy import gdrcopy_tarball
 from tests.mirror.gpg import STUB_UID
-from tests.mirror.kmod import dkms_package
+from tests.mirror.kmod import dkms_package, dkms_rpm
 from tests.mirror.nccl import nccl_packages, nccl_tests_tarball
 from tests.mirror.rpmrepo import ModuleStream, RpmRepoSpec, RpmSpec
 from tests.mirror.tarballs import TarballSpec
@@ -289,9 +289,10 @@ def _amzn2023_driver(version: str, flavour: str) -> tuple[RpmSpec, ...]:
     `.amzn2023` release; the kernel module package is noarch (DKMS source)."""
     release = "1.amzn2023"
     kmod = "kmod-nvidia-open-dkms" if flavour == "open" else "kmod-nvidia-latest-dkms"
+    licence = "Dual MIT/GPL" if flavour == "open" else "NVIDIA"
     userspace = ("nvidia-driver-cuda", "nvidia-driver-cuda-libs", "nvidia-kmod-common")
     return (
-        RpmSpec(kmod, version, release, epoch=3, arch="noarch"),
+        dkms_rpm(kmod, "nvidia", version, release, epoch=3, licence=licence),
         *(RpmSpec(name, version, release, epoch=3) for name in userspace),
         RpmSpec("nvidia-persistenced", version, release, epoch=3),
     )
@@ -311,8 +312,14 @@ def amzn2023_repo(distro_arch: str = "amzn2023/x86_64") -> RpmRepoSpec:
         for version in (DRIVER, OLD_DRIVER)
         for flavour in ("open", "proprietary")
     ]
+    # NVIDIA's repository carries dkms itself (AL2023 has no EPEL); the stand-in's is Debian's,
+    # so the stub rpm only answers the kmod packages' dependency.
+    dkms = RpmSpec("dkms", "3.2.2", "1.amzn2023", arch="noarch")
     return RpmRepoSpec(
-        path=path, modules=tuple(streams), key_files=(f"{path}/{CUDA_RPM_REPO_KEY}",)
+        path=path,
+        packages=(dkms,),
+        modules=tuple(streams),
+        key_files=(f"{path}/{CUDA_RPM_REPO_KEY}",),
     )
 
 
