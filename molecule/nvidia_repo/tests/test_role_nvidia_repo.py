@@ -7,10 +7,12 @@ in rpm's database, a dnf repository that checks package signatures with it, the 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nodeforge.local.playbook import run_in_container
 from nodeforge.probes import file_text
 
 KEYRING = "/etc/apt/keyrings/nodeforge-nvidia-cuda.asc"
@@ -19,6 +21,7 @@ PREFERENCES = "/etc/apt/preferences.d/nodeforge-90-nvidia-driver-branch"
 REPO_PATH = "developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/"
 RPM_REPO_PATH = "developer.download.nvidia.com/compute/cuda/repos/amzn2023/x86_64/"
 RPM_KEY = "/etc/pki/rpm-gpg/nodeforge-nvidia-cuda.asc"
+REPO = Path(__file__).resolve().parents[3]
 YUM_REPO = "/etc/yum.repos.d/nodeforge-nvidia-cuda.repo"
 
 
@@ -134,13 +137,43 @@ def test_dnf_repository_checks_signatures(dnf_host: Any) -> None:
     assert fields["enabled"] == "1"
 
 
-def test_driver_stream_of_the_branch_enabled(dnf_host: Any) -> None:
-    enabled = dnf_host.run("dnf --quiet module list --enabled nvidia-driver")
+def _enabled_streams(host: Any) -> list[str]:
+    enabled = host.run("dnf --quiet module list --enabled nvidia-driver")
     assert enabled.rc == 0, enabled.stderr
-    streams = [
+    return [
         line.split()[1] for line in enabled.stdout.splitlines() if line.startswith("nvidia-driver ")
     ]
-    assert streams == ["580-open"]
+
+
+def test_driver_stream_of_the_branch_enabled(dnf_host: Any) -> None:
+    assert _enabled_streams(dnf_host) == ["580-open"]
+
+
+def _converge(host: Any, branch: int, flavour: str) -> None:
+    mirror = os.environ.get("NODEFORGE_TEST_MIRROR")
+    if not mirror:
+        pytest.skip("needs the served test mirror (NODEFORGE_TEST_MIRROR)")
+    repo = f"{mirror}{RPM_REPO_PATH}"
+    extra = {
+        "nvidia_repo_url": repo,
+        "nvidia_repo_key_url": f"{repo}D42D0685.pub",
+        "nvidia_repo_gpg_fingerprint": os.environ["NODEFORGE_TEST_MIRROR_FINGERPRINT"],
+        "nvidia_repo_driver_branch": branch,
+        "nvidia_repo_driver_flavour": flavour,
+    }
+    playbook = Path(__file__).resolve().parents[1] / "switch.yml"
+    result = run_in_container(playbook, host.backend.name, extra, repo_root=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_another_branch_or_flavour_switches_the_stream(dnf_host: Any) -> None:
+    try:
+        _converge(dnf_host, 575, "proprietary")
+        # the 580-open stream was reset first: one stream of the module at a time
+        assert _enabled_streams(dnf_host) == ["575-dkms"]
+    finally:
+        _converge(dnf_host, 580, "open")
+    assert _enabled_streams(dnf_host) == ["580-open"]
 
 
 def test_dnf_offers_only_the_streams_packages(dnf_host: Any) -> None:
