@@ -166,10 +166,6 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 """
 
 
-def enroot_release_path(version: str, package: str, arch: str) -> str:
-    return ENROOT_RELEASE.format(version=version, package=package, arch=arch)
-
-
 def enroot_debs(version: str, arch: str = "amd64") -> tuple[TarballSpec, TarballSpec]:
     """enroot and enroot+caps at `version` (upstream's `-1` Debian revision) for `arch`."""
     files: dict[str, str | bytes] = {
@@ -201,8 +197,10 @@ def enroot_debs(version: str, arch: str = "amd64") -> tuple[TarballSpec, Tarball
         scripts={"postinst": _CAPS_POSTINST},
     )
     return (
-        TarballSpec(path=enroot_release_path(version, enroot.name, arch), deb=enroot),
-        TarballSpec(path=enroot_release_path(version, caps.name, arch), deb=caps),
+        TarballSpec(
+            ENROOT_RELEASE.format(version=version, package=enroot.name, arch=arch), deb=enroot
+        ),
+        TarballSpec(ENROOT_RELEASE.format(version=version, package=caps.name, arch=arch), deb=caps),
     )
 
 

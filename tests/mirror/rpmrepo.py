@@ -176,8 +176,10 @@ def build_rpm(package: RpmSpec, out_dir: Path, key: SigningKey) -> Path:
 
 def build_rpm_repo(root: Path, spec: RpmRepoSpec, key: SigningKey) -> BuiltRpmRepo:
     directory = root / spec.path.strip("/")
-    packages = [*spec.packages, *(p for stream in spec.modules for p in stream.packages)]
-    for package in packages:
+    # A stream shares most packages with its branch's other stream: each file is built once.
+    packages = {p.filename: p for p in spec.packages}
+    packages |= {p.filename: p for stream in spec.modules for p in stream.packages}
+    for package in packages.values():
         build_rpm(package, directory, key)
     _run("createrepo_c", "--quiet", "--simple-md-filenames", str(directory))
     if spec.modules:
