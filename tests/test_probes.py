@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeforge.probes import held_packages
+from nodeforge.probes import held_packages, package_version
+
+DEBIAN = "debian"
+# the AL2023 stand-in's os-release: ID amzn, ID_LIKE fedora
+AMAZON = "amzn fedora"
 
 
 @dataclass
@@ -15,12 +19,15 @@ class _Result:
 
 
 class _Host:
-    def __init__(self, stdout: str) -> None:
-        self.stdout = stdout
+    """Answers os-release and one other command with canned output."""
+
+    def __init__(self, release: str, command: str, stdout: str) -> None:
+        self.answers = {'. /etc/os-release && echo "$ID $ID_LIKE"': release, command: stdout}
 
     def run(self, command: str, *args: str) -> _Result:
-        assert (command, args) == ("dpkg --get-selections", ())
-        return _Result(0, self.stdout)
+        full = command % args if args else command
+        assert full in self.answers, full
+        return _Result(0, self.answers[full])
 
 
 def test_held_packages_drop_the_architecture() -> None:
@@ -29,4 +36,31 @@ def test_held_packages_drop_the_architecture() -> None:
         "linux-image-cloud-amd64\t\t\t\thold\n"
         "nvidia-smi\t\t\t\t\tinstall\n"
     )
-    assert held_packages(_Host(selections)) == {"libcuda1", "linux-image-cloud-amd64"}
+    host = _Host(DEBIAN, "dpkg --get-selections", selections)
+    assert held_packages(host) == {"libcuda1", "linux-image-cloud-amd64"}
+
+
+def test_held_packages_on_dnf_are_the_version_locks() -> None:
+    # `dnf versionlock list`: name-[epoch:]version-release.arch glob, one per line
+    locks = (
+        "nvidia-driver-cuda-3:580.95.05-1.amzn2023.*\n"
+        "kmod-nvidia-open-dkms-3:580.95.05-1.amzn2023.*\n"
+        "cuda-toolkit-12-9-0:12.9.1-1.*\n"
+        "nvlsm-2025.06.10-1.*\n"
+    )
+    host = _Host(AMAZON, "dnf --quiet versionlock list", locks)
+    assert held_packages(host) == {
+        "nvidia-driver-cuda",
+        "kmod-nvidia-open-dkms",
+        "cuda-toolkit-12-9",
+        "nvlsm",
+    }
+
+
+def test_package_version_on_rpm_is_version_release() -> None:
+    host = _Host(
+        AMAZON,
+        "rpm --query --queryformat '%{VERSION}-%{RELEASE}' nvidia-imex",
+        "580.95.05-1.amzn2023",
+    )
+    assert package_version(host, "nvidia-imex") == "580.95.05-1.amzn2023"

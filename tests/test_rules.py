@@ -296,8 +296,8 @@ def test_fabric_names_by_branch_and_family(shipped: Catalog) -> None:
         ),
     )
     assert on_570.fabric_packages() == {
-        "fabric_manager": "nvidia-fabric-manager-570.211.01",
-        "imex": "nvidia-imex-570-570.211.01",
+        "fabric_manager": "nvidia-fabric-manager",
+        "imex": "nvidia-imex-570",
     }
 
 
@@ -328,9 +328,22 @@ def test_enroot_layer_needs_packages_for_the_image(shipped: Catalog) -> None:
     arm = with_enroot(target_for(shipped, *GB200))  # the stack names x86_64 packages only
     [finding] = _errors(arm, "enroot")
     assert finding.message == f"stack {arm.stack.name} names no enroot packages for arm64"
+
+
+def test_dnf_os_takes_only_the_layers_with_a_dnf_path(shipped: Catalog) -> None:
+    target = target_for(shipped, *HOPPER)
+    assert _errors(target, "dnf-layers") == []
     al2023 = replace(target, os=shipped.os["al2023"])
-    [finding] = _errors(al2023, "enroot")
-    assert "al2023 uses dnf" in finding.message
+    [finding] = _errors(al2023, "dnf-layers")
+    assert finding.message.startswith("al2023 uses dnf, and the layers gdrcopy, efa, ")
+    assert "nvidia_driver" not in finding.message.split("(")[0]
+    driver_only = replace(
+        al2023,
+        image=_set(
+            al2023.image, layers=["base", "nvidia_driver", "nvidia_fabric", "image_cleanup"]
+        ),
+    )
+    assert _errors(driver_only, "dnf-layers") == []
 
 
 def test_known_bad_driver_595_efa_gb200(shipped: Catalog) -> None:

@@ -16,7 +16,6 @@ from nodeforge.versions import Version
 pytestmark = pytest.mark.layer("cuda_toolkit")
 # Debian's nvidia-cuda-toolkit lays its CUDA_HOME-shaped tree out here (source: distro).
 DISTRO_HOME = "/usr/lib/cuda"
-MULTIARCH = {"x86_64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
 
 
 def _cuda(nodeforge: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +116,9 @@ def test_cudnn_at_the_stack_version(
     # the library file carries major.minor.patch (libcudnn.so.9.10.2); the build number is the
     # package's
     assert resolved.endswith(f"libcudnn.so.{'.'.join(declared.split('.')[:3])}"), resolved
-    header = f"/usr/include/{MULTIARCH[nodeforge['arch']]}/cudnn_version_v{major}.h"
+    # with the development packages: the header itself on rpm, the alternative over the
+    # multiarch cudnn_version_v<major>.h on apt
+    header = "/usr/include/cudnn_version.h"
     if host.file(header).exists:
         text = host.file(header).content_string
         defines = dict(re.findall(r"#define (CUDNN_(?:MAJOR|MINOR|PATCHLEVEL)) (\d+)", text))

@@ -7,6 +7,7 @@ wrote about what it installed.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Protocol
 
 
@@ -22,8 +23,18 @@ class Host(Protocol):
     def run(self, command: str, *args: str) -> CommandResult: ...
 
 
+def uses_rpm(host: Host) -> bool:
+    """Whether the node's packages are rpm's (Amazon Linux 2023), by /etc/os-release: the
+    AL2023 stand-in of the tests has dpkg as well, so the tools alone do not tell."""
+    release = host.run('. /etc/os-release && echo "$ID $ID_LIKE"')
+    return bool({"amzn", "fedora", "rhel"} & set(release.stdout.split()))
+
+
 def package_status(host: Host, package: str) -> str | None:
-    """dpkg's status word for the package ('installed', 'config-files', ...), None if unknown."""
+    """dpkg's status word for the package ('installed', 'config-files', ...), None if unknown;
+    on rpm, 'installed' or None."""
+    if uses_rpm(host):
+        return "installed" if host.run("rpm --query %s", package).rc == 0 else None
     result = host.run("dpkg-query --show --showformat='${db:Status-Status}' %s", package)
     if result.rc != 0:
         return None
@@ -31,13 +42,29 @@ def package_status(host: Host, package: str) -> str | None:
 
 
 def package_version(host: Host, package: str) -> str | None:
-    result = host.run("dpkg-query --show --showformat='${Version}' %s", package)
+    """dpkg's version, or rpm's version-release (no epoch)."""
+    if uses_rpm(host):
+        result = host.run("rpm --query --queryformat '%%{VERSION}-%%{RELEASE}' %s", package)
+    else:
+        result = host.run("dpkg-query --show --showformat='${Version}' %s", package)
     if result.rc != 0:
         return None
     return result.stdout.strip() or None
 
 
+# A dnf versionlock entry: name-[epoch:]version-release.arch, with a glob for the arch.
+_VERSIONLOCK = re.compile(r"^(?P<name>.+)-(?:\d+:)?[^-]+-[^-]+$")
+
+
 def held_packages(host: Host) -> set[str]:
+    """Packages held by apt-mark, or version-locked by dnf."""
+    if uses_rpm(host):
+        locks = host.run("dnf --quiet versionlock list")
+        return {
+            found["name"]
+            for found in map(_VERSIONLOCK.match, locks.stdout.split())
+            if found is not None
+        }
     result = host.run("dpkg --get-selections")
     # multi-arch packages are listed as name:arch (libcuda1:amd64)
     return {

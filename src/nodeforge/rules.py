@@ -334,11 +334,23 @@ def _enroot(t: Target) -> Iterator[Problem]:
             f"stack {t.stack.name} names no enroot packages for {t.image.arch}",
             f"add enroot.packages.{t.image.arch} (the release's enroot and enroot+caps .debs)",
         )
-    if t.os.package_family != "apt":
+
+
+# Layers whose roles have a dnf path (Amazon Linux 2023); docs/al2023.md says what the others lack.
+DNF_LAYERS: frozenset[str] = frozenset(
+    {"base", "nvidia_driver", "nvidia_fabric", "cuda_toolkit", "image_cleanup"}
+)
+
+
+def _dnf_layers(t: Target) -> Iterator[Problem]:
+    if t.os.package_family != "dnf":
+        return
+    apt_only = [layer for layer in t.image.layers if layer not in DNF_LAYERS]
+    if apt_only:
         yield Problem(
-            f"the enroot layer installs enroot's release .debs, and {t.os.name} uses "
-            f"{t.os.package_family}",
-            "remove enroot from the image's layers (Debian and Ubuntu only for now)",
+            f"{t.os.name} uses dnf, and the layers {', '.join(apt_only)} install through apt "
+            f"only so far (the dnf ones: {', '.join(sorted(DNF_LAYERS))})",
+            "remove those layers from the image, or build it on an apt OS (ubuntu24.04, debian12)",
         )
 
 
@@ -405,6 +417,7 @@ RULES: tuple[Rule, ...] = (
         "container_runtime",
     ),
     Rule("enroot", "the enroot layer has packages for the image", _enroot, "enroot"),
+    Rule("dnf-layers", "on a dnf OS, only layers that have a dnf path", _dnf_layers),
     Rule("known-bad", "no combination listed in compat.yml known_bad", _known_bad),
     Rule("artifact-unverified", "every artifact has a sha256 or a GPG fingerprint", _artifacts),
 )

@@ -38,15 +38,16 @@ class Target:
         return "proprietary" if self.profile.driver.open_modules == "unsupported" else "open"
 
     def fabric_packages(self) -> dict[str, str] | None:
-        """Fabric manager and IMEX package names for this OS family and driver branch."""
+        """Fabric manager and IMEX package names for this OS family and driver branch; the
+        role installs them at the driver's exact version."""
         driver = self.stack.driver
         naming = self.compat.fabric_names(self.os.package_family, driver.branch)
         if naming is None:
             return None
-        fields = {"branch": str(driver.branch), "version": driver.version}
+        branch = str(driver.branch)
         return {
-            "fabric_manager": naming.fabric_manager.format(**fields),
-            "imex": naming.imex.format(**fields),
+            "fabric_manager": naming.fabric_manager.format(branch=branch),
+            "imex": naming.imex.format(branch=branch),
         }
 
     def ofi_nccl_version(self) -> Version | None:

@@ -13,16 +13,24 @@ libcudart is a real ELF library whose cudaRuntimeGetVersion answers CUDART_VERSI
 the real `nvcc --version` prints. cuDNN 9 comes as NVIDIA names it per CUDA major
 (libcudnn9-cuda-12, -dev-, -headers-) at `<version>-1`.
 
+Both formats come from one description of each package: the debs of NVIDIA's debian13 and
+ubuntu2404 repositories, and the rpms of its amzn2023 one, with the same names, versions and
+toolkit layout, and the maintainer scripts in each format's terms (postinst/prerm, %post/%preun).
+cuDNN is where each format's packages put it: the multiarch folders with the version header
+behind an alternative (deb), /usr/lib64 and /usr/include (rpm, the header under its own name).
+
 Versions follow the hopper-2026.11 stack (CUDA 12.9.1, cuDNN 9.10.2.21); 13.0.2 is the
 blackwell-2026.11 toolkit, here as the second toolkit beside the default.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from tests.mirror.debs import DebSpec
 from tests.mirror.elf import shared_library
+from tests.mirror.rpmrepo import RpmSpec
 
 TARGET_LIB = "targets/x86_64-linux/lib"
 MULTIARCH = "x86_64-linux-gnu"
@@ -63,6 +71,96 @@ TOOLKITS = (
 )
 CUDNN = "9.10.2.21"
 CUDNN_CUDA_MAJOR = "12"
+# NVIDIA's revision (deb) and release (rpm) of every package here: cuda-toolkit-12-9 12.9.1-1.
+REVISION = "1"
+
+
+@dataclass(frozen=True)
+class _Stub:
+    """One of NVIDIA's packages, in what its deb and its rpm share. `depends` entries are a
+    name, or a name, a relation and a version ("cuda-nvcc-12-9 >= 12.9.86"). `install` runs
+    once the files are in place (postinst configure, %post); `remove` before they go on
+    removal, never on an upgrade (prerm remove, %preun with no instance left)."""
+
+    name: str
+    version: str
+    summary: str
+    depends: tuple[str, ...] = ()
+    files: Mapping[str, str | bytes] = field(default_factory=dict)
+    links: Mapping[str, str] = field(default_factory=dict)
+    install: str = ""
+    remove: str = ""
+    noarch: bool = False
+    section: str = "misc"
+    """Debian's section; rpms have none."""
+
+
+def _deb(stub: _Stub) -> DebSpec:
+    scripts = {}
+    if stub.install:
+        scripts["postinst"] = (
+            f'#!/bin/sh\nset -e\nif [ "$1" = configure ]; then\n{stub.install}\nfi\n'
+        )
+    if stub.remove:
+        scripts["prerm"] = f'#!/bin/sh\nset -e\nif [ "$1" = remove ]; then\n{stub.remove}\nfi\n'
+    return DebSpec(
+        name=stub.name,
+        version=f"{stub.version}-{REVISION}",
+        architecture="all" if stub.noarch else "amd64",
+        summary=stub.summary,
+        depends=tuple(
+            f"{name} ({relation})" if relation else name
+            for name, _, relation in (d.partition(" ") for d in stub.depends)
+        ),
+        section=stub.section,
+        files=stub.files,
+        links=stub.links,
+        scripts=scripts,
+    )
+
+
+def _rpm(stub: _Stub) -> RpmSpec:
+    scripts = {}
+    if stub.install:
+        scripts["post"] = stub.install
+    if stub.remove:
+        # $1: the instances left after the transaction, 0 on an erase
+        scripts["preun"] = f'if [ "$1" -eq 0 ]; then\n{stub.remove}\nfi'
+    return RpmSpec(
+        name=stub.name,
+        version=stub.version,
+        release=REVISION,
+        arch="noarch" if stub.noarch else "x86_64",
+        summary=stub.summary,
+        requires=stub.depends,
+        files=stub.files,
+        links=stub.links,
+        scripts=scripts,
+    )
+
+
+@dataclass(frozen=True)
+class _CudnnLayout:
+    """Where a format's cuDNN packages put the library and its headers."""
+
+    lib: str
+    include: str
+    dev: str
+    """The development package's infix: libcudnn9-dev-cuda-12, libcudnn9-devel-cuda-12."""
+    header_alternative: bool
+    """Whether cudnn_version.h is an alternative over a per-major header (deb), or the header
+    itself (rpm)."""
+
+
+_DEB_CUDNN = _CudnnLayout(
+    lib=f"/usr/lib/{MULTIARCH}",
+    include=f"/usr/include/{MULTIARCH}",
+    dev="dev",
+    header_alternative=True,
+)
+_RPM_CUDNN = _CudnnLayout(
+    lib="/usr/lib64", include="/usr/include", dev="devel", header_alternative=False
+)
 
 
 def _nvcc(toolkit: Toolkit) -> str:
@@ -75,8 +173,9 @@ echo "Build cuda_{toolkit.minor}.r{toolkit.minor}/compiler.nodeforge_stub_0"
 """
 
 
-def _alternatives(toolkit: Toolkit) -> dict[str, str]:
-    """cuda-cudart's maintainer scripts: register /usr/local/cuda and /usr/local/cuda-X."""
+def _alternatives(toolkit: Toolkit) -> tuple[str, str]:
+    """cuda-cudart's scripts: register /usr/local/cuda and /usr/local/cuda-X, and unregister
+    them."""
     groups = (
         ("/usr/local/cuda", "cuda"),
         (f"/usr/local/cuda-{toolkit.major}", f"cuda-{toolkit.major}"),
@@ -88,13 +187,10 @@ def _alternatives(toolkit: Toolkit) -> dict[str, str]:
     remove = "\n".join(
         f"  update-alternatives --remove {name} {toolkit.home} || true" for _, name in groups
     )
-    return {
-        "postinst": f'#!/bin/sh\nset -e\nif [ "$1" = configure ]; then\n{install}\nfi\n',
-        "prerm": f'#!/bin/sh\nset -e\nif [ "$1" = remove ]; then\n{remove}\nfi\n',
-    }
+    return install, remove
 
 
-def toolkit_packages(toolkit: Toolkit) -> tuple[DebSpec, ...]:
+def _toolkit(toolkit: Toolkit) -> tuple[_Stub, ...]:
     major, dashed, home = toolkit.major, toolkit.dashed, toolkit.home
     code = int(major) * 1000 + int(toolkit.minor.split(".")[1]) * 10
     cudart = shared_library(
@@ -102,30 +198,30 @@ def toolkit_packages(toolkit: Toolkit) -> tuple[DebSpec, ...]:
         f"CUDA runtime {toolkit.cudart}",
         source=f"int cudaRuntimeGetVersion(int *version) {{ *version = {code}; return 0; }}\n",
     )
-    config = f"{toolkit.cudart}-1"
+    install, remove = _alternatives(toolkit)
     return (
-        DebSpec(
+        _Stub(
             name=f"cuda-toolkit-{dashed}",
-            version=f"{toolkit.version}-1",
+            version=toolkit.version,
             summary=f"CUDA Toolkit {toolkit.minor} meta-package",
             depends=(
-                f"cuda-nvcc-{dashed} (>= {toolkit.nvcc})",
-                f"cuda-cudart-{dashed} (>= {toolkit.cudart})",
-                f"cuda-toolkit-{dashed}-config-common (>= {toolkit.cudart})",
-                f"cuda-toolkit-{major}-config-common (>= {toolkit.cudart})",
-                f"cuda-toolkit-config-common (>= {toolkit.cudart})",
+                f"cuda-nvcc-{dashed} >= {toolkit.nvcc}",
+                f"cuda-cudart-{dashed} >= {toolkit.cudart}",
+                f"cuda-toolkit-{dashed}-config-common >= {toolkit.cudart}",
+                f"cuda-toolkit-{major}-config-common >= {toolkit.cudart}",
+                f"cuda-toolkit-config-common >= {toolkit.cudart}",
             ),
         ),
-        DebSpec(
+        _Stub(
             name=f"cuda-nvcc-{dashed}",
-            version=f"{toolkit.nvcc}-1",
+            version=toolkit.nvcc,
             summary="CUDA nvcc",
             depends=(f"cuda-cudart-{dashed}",),
             files={f"{home}/bin/nvcc": _nvcc(toolkit)},
         ),
-        DebSpec(
+        _Stub(
             name=f"cuda-cudart-{dashed}",
-            version=f"{toolkit.cudart}-1",
+            version=toolkit.cudart,
             summary="CUDA Runtime native Libraries",
             section="libs",
             depends=(f"cuda-toolkit-{dashed}-config-common",),
@@ -134,18 +230,19 @@ def toolkit_packages(toolkit: Toolkit) -> tuple[DebSpec, ...]:
                 f"{home}/{TARGET_LIB}/libcudart.so.{major}": f"libcudart.so.{toolkit.cudart}",
                 f"{home}/lib64": TARGET_LIB,
             },
-            scripts=_alternatives(toolkit),
+            install=install,
+            remove=remove,
         ),
-        DebSpec(
+        _Stub(
             name=f"cuda-toolkit-{dashed}-config-common",
-            version=config,
-            architecture="all",
+            version=toolkit.cudart,
+            noarch=True,
             summary=f"Common config package for CUDA Toolkit {toolkit.minor}.",
         ),
-        DebSpec(
+        _Stub(
             name=f"cuda-toolkit-{major}-config-common",
-            version=config,
-            architecture="all",
+            version=toolkit.cudart,
+            noarch=True,
             summary=f"Common config package for CUDA Toolkit {major}.",
             files={
                 f"/etc/ld.so.conf.d/988_cuda-{major}.conf": (
@@ -153,10 +250,10 @@ def toolkit_packages(toolkit: Toolkit) -> tuple[DebSpec, ...]:
                 )
             },
         ),
-        DebSpec(
+        _Stub(
             name="cuda-toolkit-config-common",
-            version=config,
-            architecture="all",
+            version=toolkit.cudart,
+            noarch=True,
             summary="Common config package for CUDA Toolkit.",
             files={"/etc/ld.so.conf.d/000_cuda.conf": f"/usr/local/cuda/{TARGET_LIB}\n"},
         ),
@@ -176,72 +273,83 @@ def _cudnn_header(version: str) -> str:
 """
 
 
-def cudnn_packages(version: str, cuda_major: str) -> tuple[DebSpec, ...]:
+def _cudnn(version: str, cuda_major: str, layout: _CudnnLayout) -> tuple[_Stub, ...]:
     """cuDNN 9's split as NVIDIA's CUDA repository carries it: the runtime, the development
     files and the headers, each `-cuda-<major>` at `<version>-1`, and the `cudnn9-cuda-<major>`
     metapackage over them."""
     major, minor, patch = version.split(".")[:3]
-    deb_version = f"{version}-1"
+    exact = f"= {version}-{REVISION}"
     suffix = f"cuda-{cuda_major}"
-    lib = f"/usr/lib/{MULTIARCH}"
-    include = f"/usr/include/{MULTIARCH}"
+    lib = layout.lib
     real = f"libcudnn.so.{major}.{minor}.{patch}"
     library = shared_library(f"libcudnn.so.{major}", f"cuDNN {version} for CUDA {cuda_major}")
+    header = (
+        f"{layout.include}/cudnn_version_v{major}.h"
+        if layout.header_alternative
+        else f"{layout.include}/cudnn_version.h"
+    )
+    dev = f"libcudnn{major}-{layout.dev}-{suffix}"
     return (
-        DebSpec(
+        _Stub(
             name=f"libcudnn{major}-{suffix}",
-            version=deb_version,
+            version=version,
             summary=f"cuDNN runtime libraries for CUDA {cuda_major}",
             section="libs",
             files={f"{lib}/{real}": library},
             links={f"{lib}/libcudnn.so.{major}": real},
         ),
-        DebSpec(
+        _Stub(
             name=f"libcudnn{major}-headers-{suffix}",
-            version=deb_version,
+            version=version,
             summary=f"cuDNN header files for CUDA {cuda_major}",
             section="libdevel",
-            files={f"{include}/cudnn_version_v{major}.h": _cudnn_header(version)},
+            files={header: _cudnn_header(version)},
         ),
-        DebSpec(
-            name=f"libcudnn{major}-dev-{suffix}",
-            version=deb_version,
+        _Stub(
+            name=dev,
+            version=version,
             summary=f"cuDNN development libraries for CUDA {cuda_major}",
             section="libdevel",
             depends=(
-                f"libcudnn{major}-{suffix} (= {deb_version})",
-                f"libcudnn{major}-headers-{suffix} (= {deb_version})",
+                f"libcudnn{major}-{suffix} {exact}",
+                f"libcudnn{major}-headers-{suffix} {exact}",
             ),
             links={f"{lib}/libcudnn.so": f"libcudnn.so.{major}"},
-            scripts={
-                "postinst": (
-                    '#!/bin/sh\nset -e\nif [ "$1" = configure ]; then\n'
-                    f"  update-alternatives --install /usr/include/cudnn_version.h"
-                    f" libcudnn_version_h {include}/cudnn_version_v{major}.h {major}0\nfi\n"
-                ),
-                "prerm": (
-                    '#!/bin/sh\nset -e\nif [ "$1" = remove ]; then\n'
-                    f"  update-alternatives --remove libcudnn_version_h"
-                    f" {include}/cudnn_version_v{major}.h || true\nfi\n"
-                ),
-            },
-        ),
-        DebSpec(
-            name=f"cudnn{major}-{suffix}",
-            version=deb_version,
-            summary=f"NVIDIA cuDNN for CUDA {cuda_major}",
-            depends=(
-                f"libcudnn{major}-{suffix} (= {deb_version})",
-                f"libcudnn{major}-dev-{suffix} (= {deb_version})",
+            install=(
+                f"  update-alternatives --install /usr/include/cudnn_version.h"
+                f" libcudnn_version_h {header} {major}0"
+                if layout.header_alternative
+                else ""
+            ),
+            remove=(
+                f"  update-alternatives --remove libcudnn_version_h {header} || true"
+                if layout.header_alternative
+                else ""
             ),
         ),
+        _Stub(
+            name=f"cudnn{major}-{suffix}",
+            version=version,
+            summary=f"NVIDIA cuDNN for CUDA {cuda_major}",
+            depends=(f"libcudnn{major}-{suffix} {exact}", f"{dev} {exact}"),
+        ),
+    )
+
+
+def _stubs(cudnn: _CudnnLayout) -> tuple[_Stub, ...]:
+    """Every toolkit, with cuda-toolkit-config-common at each toolkit's version (apt and dnf
+    take the newest, as upstream), and cuDNN for the stack's CUDA major."""
+    return (
+        *(stub for toolkit in TOOLKITS for stub in _toolkit(toolkit)),
+        *_cudnn(CUDNN, CUDNN_CUDA_MAJOR, cudnn),
     )
 
 
 def cuda_packages() -> tuple[DebSpec, ...]:
-    """Every toolkit, with cuda-toolkit-config-common at each toolkit's version (apt takes the
-    newest, as upstream), and cuDNN for the stack's CUDA major."""
-    return (
-        *(spec for toolkit in TOOLKITS for spec in toolkit_packages(toolkit)),
-        *cudnn_packages(CUDNN, CUDNN_CUDA_MAJOR),
-    )
+    """The debs of NVIDIA's apt repositories."""
+    return tuple(map(_deb, _stubs(_DEB_CUDNN)))
+
+
+def cuda_rpms() -> tuple[RpmSpec, ...]:
+    """The rpms of NVIDIA's amzn2023 repository: plain packages, in no module stream."""
+    return tuple(map(_rpm, _stubs(_RPM_CUDNN)))

@@ -24,6 +24,7 @@ STUB_PACKAGER = "nodeforge test stub <stub@nodeforge.invalid>"
 class RpmSpec:
     """One stub rpm. A file whose content starts with `#!` is installed executable (0755).
 
+    `links` maps a symlink path to its target, e.g. a library's soname to the real file.
     `scripts` holds scriptlets by rpm section name (post, preun, postun), run by /bin/sh.
     """
 
@@ -36,6 +37,7 @@ class RpmSpec:
     requires: tuple[str, ...] = ()
     provides: tuple[str, ...] = ()
     files: Mapping[str, str | bytes] = field(default_factory=dict)
+    links: Mapping[str, str] = field(default_factory=dict)
     scripts: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -127,7 +129,7 @@ def _spec_file(package: RpmSpec, staging: Path) -> str:
         "mkdir -p %{buildroot}",
         f"cp -a {staging}/. %{{buildroot}}/",
         "%files",
-        *sorted(package.files),
+        *sorted([*package.files, *package.links]),
     ]
     for section, body in sorted(package.scripts.items()):
         lines += [f"%{section}", body.rstrip()]
@@ -146,6 +148,10 @@ def build_rpm(package: RpmSpec, out_dir: Path, key: SigningKey) -> Path:
             data = content.encode() if isinstance(content, str) else content
             target.write_bytes(data)
             target.chmod(0o755 if data.startswith(b"#!") else 0o644)
+        for link, link_target in package.links.items():
+            where = staging / link.lstrip("/")
+            where.parent.mkdir(parents=True, exist_ok=True)
+            where.symlink_to(link_target)
         spec_path = Path(tmp) / f"{package.name}.spec"
         spec_path.write_text(_spec_file(package, staging), encoding="utf-8")
         _run(

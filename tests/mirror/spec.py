@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tests.mirror import container_toolkit
 from tests.mirror.aptrepo import RepoSpec
-from tests.mirror.cuda import cuda_packages
+from tests.mirror.cuda import cuda_packages, cuda_rpms
 from tests.mirror.debs import DebSpec
 from tests.mirror.efa import efa_installer_tarball
 from tests.mirror.enroot import enroot_debs, pyxis_tarball
@@ -90,13 +90,7 @@ def _cuda_common(deb_suffix: str) -> tuple[DebSpec, ...]:
             name="nvidia-fabricmanager",
             version=f"{DRIVER}-1{deb_suffix}",
             summary="Fabric Manager for NVSwitch based systems",
-            files={
-                "/usr/bin/nv-fabricmanager": f"#!/bin/sh\necho 'Fabric Manager: {DRIVER}'\n",
-                "/usr/bin/nvidia-fabricmanager-start.sh": _daemon("nvidia-fabricmanager-start.sh"),
-                f"{_UNITS}/nvidia-fabricmanager.service": _unit(
-                    "NVIDIA fabric manager service", "/usr/bin/nvidia-fabricmanager-start.sh"
-                ),
-            },
+            files=_fabric_manager_files(DRIVER),
         ),
         *_fabric_extras(deb_suffix),
     )
@@ -126,6 +120,29 @@ WantedBy=multi-user.target
 """
 
 
+def _fabric_manager_files(version: str) -> dict[str, str | bytes]:
+    return {
+        "/usr/bin/nv-fabricmanager": f"#!/bin/sh\necho 'Fabric Manager: {version}'\n",
+        "/usr/bin/nvidia-fabricmanager-start.sh": _daemon("nvidia-fabricmanager-start.sh"),
+        f"{_UNITS}/nvidia-fabricmanager.service": _unit(
+            "NVIDIA fabric manager service", "/usr/bin/nvidia-fabricmanager-start.sh"
+        ),
+    }
+
+
+_IMEX_FILES: dict[str, str | bytes] = {
+    "/usr/bin/nvidia-imex": _daemon("nvidia-imex"),
+    f"{_UNITS}/nvidia-imex.service": _unit("NVIDIA IMEX service", "/usr/bin/nvidia-imex"),
+}
+_NVLSM_FILES: dict[str, str | bytes] = {"/opt/nvidia/nvlsm/sbin/nvlsm": _daemon("nvlsm")}
+_PERSISTENCED_FILES: dict[str, str | bytes] = {
+    "/usr/bin/nvidia-persistenced": _daemon("nvidia-persistenced"),
+    f"{_UNITS}/nvidia-persistenced.service": _unit(
+        "NVIDIA Persistence Daemon", "/usr/bin/nvidia-persistenced"
+    ),
+}
+
+
 def _fabric_extras(deb_suffix: str) -> tuple[DebSpec, ...]:
     """IMEX and the NVLink 5 parts beside fabric manager, with their 580 names: nvidia-imex and
     libnvsdm at the driver version, nvlsm on its own version (NVIDIA/gpu-driver-container
@@ -136,12 +153,7 @@ def _fabric_extras(deb_suffix: str) -> tuple[DebSpec, ...]:
             name="nvidia-imex",
             version=f"{DRIVER}-1{deb_suffix}",
             summary="NVIDIA IMEX service for multi-node NVLink",
-            files={
-                "/usr/bin/nvidia-imex": _daemon("nvidia-imex"),
-                f"{_UNITS}/nvidia-imex.service": _unit(
-                    "NVIDIA IMEX service", "/usr/bin/nvidia-imex"
-                ),
-            },
+            files=_IMEX_FILES,
         ),
         DebSpec(
             name="libnvsdm",
@@ -154,7 +166,7 @@ def _fabric_extras(deb_suffix: str) -> tuple[DebSpec, ...]:
             name="nvlsm",
             version=NVLSM,
             summary="NVIDIA NVLink Subnet Manager",
-            files={"/opt/nvidia/nvlsm/sbin/nvlsm": _daemon("nvlsm")},
+            files=_NVLSM_FILES,
         ),
     )
 
@@ -164,12 +176,7 @@ def _persistenced(version: str) -> DebSpec:
         name="nvidia-persistenced",
         version=version,
         summary="NVIDIA Persistence Daemon",
-        files={
-            "/usr/bin/nvidia-persistenced": _daemon("nvidia-persistenced"),
-            f"{_UNITS}/nvidia-persistenced.service": _unit(
-                "NVIDIA Persistence Daemon", "/usr/bin/nvidia-persistenced"
-            ),
-        },
+        files=_PERSISTENCED_FILES,
     )
 
 
@@ -286,28 +293,51 @@ def container_toolkit_repo() -> RepoSpec:
 
 def _amzn2023_driver(version: str, flavour: str) -> tuple[RpmSpec, ...]:
     """The compute-only driver set of one branch on amzn2023: NVIDIA's names, epoch 3, the
-    `.amzn2023` release; the kernel module package is noarch (DKMS source)."""
+    `.amzn2023` release; the kernel module package is noarch (DKMS source). Fabric manager,
+    IMEX and libnvsdm belong to the stream too (NVIDIA's `/fm` profile), release 1, under
+    their names of the branch (AL2023 release notes: nvidia-imex-570-570.86.15-1,
+    libnvsdm-570-570.86.15-1; gpu-driver-container rhel9: nvidia-fabric-manager before 580)."""
     release = "1.amzn2023"
+    branch = _branch(version)
     kmod = "kmod-nvidia-open-dkms" if flavour == "open" else "kmod-nvidia-latest-dkms"
     licence = "Dual MIT/GPL" if flavour == "open" else "NVIDIA"
     userspace = ("nvidia-driver-cuda", "nvidia-driver-cuda-libs", "nvidia-kmod-common")
+    suffix = "" if branch >= 580 else f"-{branch}"
     return (
         dkms_rpm(kmod, "nvidia", version, release, epoch=3, licence=licence),
         *(RpmSpec(name, version, release, epoch=3) for name in userspace),
-        RpmSpec("nvidia-persistenced", version, release, epoch=3),
+        RpmSpec("nvidia-persistenced", version, release, epoch=3, files=_PERSISTENCED_FILES),
+        RpmSpec(_fabric_manager_rpm(version), version, files=_fabric_manager_files(version)),
+        RpmSpec(f"nvidia-imex{suffix}", version, files=_IMEX_FILES),
+        RpmSpec(
+            f"libnvsdm{suffix}",
+            version,
+            files={
+                f"/usr/lib64/libnvsdm.so.{version}": b"nodeforge test stub: not an ELF library\n"
+            },
+        ),
     )
+
+
+def _branch(version: str) -> int:
+    return int(version.partition(".")[0])
+
+
+def _fabric_manager_rpm(version: str) -> str:
+    return "nvidia-fabricmanager" if _branch(version) >= 580 else "nvidia-fabric-manager"
 
 
 def amzn2023_repo(distro_arch: str = "amzn2023/x86_64") -> RpmRepoSpec:
     """NVIDIA's CUDA repository for Amazon Linux 2023: the driver only through its module
-    streams (`<branch>-open`, `<branch>-dkms`), two branches of them, and the repo key."""
+    streams (`<branch>-open`, `<branch>-dkms`), two branches of them; outside them nvlsm (it
+    versions on its own) and the CUDA toolkits and cuDNN as rpms; and the repo key."""
     path = f"{CUDA_REPO_HOST}/{distro_arch}"
     streams = [
         ModuleStream(
             "nvidia-driver",
             f"{version.split('.')[0]}-{'open' if flavour == 'open' else 'dkms'}",
             _amzn2023_driver(version, flavour),
-            profiles={"default": ("nvidia-driver-cuda",)},
+            profiles={"default": ("nvidia-driver-cuda",), "fm": (_fabric_manager_rpm(version),)},
         )
         for version in (DRIVER, OLD_DRIVER)
         for flavour in ("open", "proprietary")
@@ -315,11 +345,98 @@ def amzn2023_repo(distro_arch: str = "amzn2023/x86_64") -> RpmRepoSpec:
     # NVIDIA's repository carries dkms itself (AL2023 has no EPEL); the stand-in's is Debian's,
     # so the stub rpm only answers the kmod packages' dependency.
     dkms = RpmSpec("dkms", "3.2.2", "1.amzn2023", arch="noarch")
+    nvlsm_version, nvlsm_release = NVLSM.split("-")
+    nvlsm = RpmSpec("nvlsm", nvlsm_version, nvlsm_release, files=_NVLSM_FILES)
     return RpmRepoSpec(
         path=path,
-        packages=(dkms,),
+        packages=(dkms, nvlsm, *cuda_rpms()),
         modules=tuple(streams),
         key_files=(f"{path}/{CUDA_RPM_REPO_KEY}",),
+    )
+
+
+# Amazon Linux 2023's own repository (the stand-in's `amazonlinux` .repo points here): what the
+# roles take from the distribution rather than from NVIDIA.
+AL2023_CORE_REPO = "cdn.amazonlinux.com/al2023/core/x86_64"
+AL2023_KEY = "RPM-GPG-KEY-amazon-linux-2023"
+
+
+# The kernel line images/os/al2023.yml names, at a release of its form.
+AL2023_KERNEL = "6.12.40-63.114.amzn2023.x86_64"
+# What the base layer installs on AL2023 that the kernel packages do not: empty stand-ins, the
+# tools themselves are the stand-in's own (Debian's).
+AL2023_BASE = (
+    "ca-certificates",
+    "chrony",
+    "jq",
+    "kmod",
+    "pciutils",
+    "procps-ng",
+    "rsync",
+    "dracut",
+    "python3-dnf-plugin-versionlock",
+    # gdrcopy's build toolchain, Fedora's names (the stand-in compiles with Debian's)
+    "gcc",
+    "gcc-c++",
+    "make",
+    "pkgconf-pkg-config",
+    "check-devel",
+)
+
+
+def _al2023_kernel() -> tuple[RpmSpec, ...]:
+    """kernel6.12 and its -devel and -headers in AL2023's layout: the modules tree (depmod run
+    at install, as the real %posttrans does), the build tree under /usr/src/kernels with the
+    `build` link into it, the userspace headers."""
+    version, _, rest = AL2023_KERNEL.partition("-")
+    release = rest.removesuffix(".x86_64")
+    modules = f"/lib/modules/{AL2023_KERNEL}"
+    build = f"/usr/src/kernels/{AL2023_KERNEL}"
+    return (
+        RpmSpec(
+            "kernel6.12",
+            version,
+            release,
+            files={
+                f"/boot/vmlinuz-{AL2023_KERNEL}": b"nodeforge test stub: no kernel\n",
+                f"{modules}/modules.order": "",
+                f"{modules}/modules.builtin": "",
+            },
+            scripts={"post": f"depmod -a {AL2023_KERNEL} || true"},
+        ),
+        RpmSpec(
+            "kernel6.12-devel",
+            version,
+            release,
+            files={f"{build}/Makefile": "# nodeforge test stub of the kernel build tree\n"},
+            links={f"{modules}/build": build},
+        ),
+        RpmSpec(
+            "kernel6.12-headers",
+            version,
+            release,
+            files={"/usr/include/linux/nodeforge-stub.h": "/* nodeforge test stub */\n"},
+        ),
+    )
+
+
+def al2023_core_repo() -> RpmRepoSpec:
+    rdma = "1.amzn2023.0.1"
+    return RpmRepoSpec(
+        path=AL2023_CORE_REPO,
+        packages=(
+            *_al2023_kernel(),
+            *(RpmSpec(name, "2023", "1.amzn2023") for name in AL2023_BASE),
+            RpmSpec("libibumad", "48.0", rdma, files={"/usr/lib64/libibumad.so.3": b"stub\n"}),
+            RpmSpec(
+                "infiniband-diags",
+                "48.0",
+                rdma,
+                requires=("libibumad",),
+                files={"/usr/sbin/ibstat": "#!/bin/sh\necho 'nodeforge test stub of ibstat'\n"},
+            ),
+        ),
+        key_files=(f"{AL2023_CORE_REPO}/{AL2023_KEY}",),
     )
 
 
@@ -341,5 +458,5 @@ def default_spec() -> MirrorSpec:
             pyxis_tarball(PYXIS),
         ),
         key_files=(EFA_KEY,),
-        rpm_repositories=(amzn2023_repo(),),
+        rpm_repositories=(amzn2023_repo(), al2023_core_repo()),
     )

@@ -2,12 +2,15 @@
 side from the stub NVIDIA repository at their exact versions, held with their components;
 /usr/local/cuda on 12.9 through update-alternatives in manual mode although 13.0 has the higher
 priority; nvcc on a login shell's PATH; libcudart from the default first in the linker's cache;
-cuDNN 9.10.2.21 for CUDA 12."""
+cuDNN 9.10.2.21 for CUDA 12 where each format puts it. Debian 13 through apt, the AL2023
+stand-in through dnf."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+import pytest
 
 from nodeforge.probes import (
     file_text,
@@ -15,17 +18,12 @@ from nodeforge.probes import (
     loader_paths,
     package_status,
     package_version,
+    uses_rpm,
 )
 
 DEFAULT = "/usr/local/cuda-12.9"
 OTHER = "/usr/local/cuda-13.0"
-PACKAGES = {
-    "cuda-toolkit-12-9": "12.9.1-1",
-    "cuda-toolkit-13-0": "13.0.2-1",
-    "libcudnn9-cuda-12": "9.10.2.21-1",
-    "libcudnn9-dev-cuda-12": "9.10.2.21-1",
-    "libcudnn9-headers-cuda-12": "9.10.2.21-1",
-}
+CUDNN = "9.10.2.21-1"
 # what the metapackages pulled in, at the stub's component versions (CUDA 12.9 U1, 13.0 U2)
 COMPONENTS = {
     "cuda-nvcc-12-9": "12.9.86-1",
@@ -37,8 +35,26 @@ COMPONENTS = {
 }
 
 
+def _packages(host: Any) -> dict[str, str]:
+    """The packages the role installs by name: cuDNN's development package is -devel- in
+    NVIDIA's rpm repositories, -dev- in its apt ones."""
+    dev = "devel" if uses_rpm(host) else "dev"
+    return {
+        "cuda-toolkit-12-9": "12.9.1-1",
+        "cuda-toolkit-13-0": "13.0.2-1",
+        "libcudnn9-cuda-12": CUDNN,
+        f"libcudnn9-{dev}-cuda-12": CUDNN,
+        "libcudnn9-headers-cuda-12": CUDNN,
+    }
+
+
+def _cudnn_lib(host: Any) -> str:
+    return "/usr/lib64" if uses_rpm(host) else "/usr/lib/x86_64-linux-gnu"
+
+
 def _query(host: Any, name: str) -> dict[str, str]:
-    """update-alternatives --query's header fields (Status, Value, ...)."""
+    """update-alternatives --query's header fields (Status, Value, ...): Debian's tool, which
+    the AL2023 stand-in uses as well."""
     result = host.run("update-alternatives --query %s", name)
     assert result.rc == 0, result.stderr
     header = result.stdout.split("\n\n", 1)[0]
@@ -46,14 +62,22 @@ def _query(host: Any, name: str) -> dict[str, str]:
 
 
 def test_packages_at_the_stack_versions(host: Any) -> None:
-    for package, version in {**PACKAGES, **COMPONENTS}.items():
+    for package, version in {**_packages(host), **COMPONENTS}.items():
         assert package_status(host, package) == "installed", package
         assert package_version(host, package) == version, package
 
 
 def test_held_with_their_components(host: Any) -> None:
-    missing = {*PACKAGES, *COMPONENTS} - held_packages(host)
+    missing = {*_packages(host), *COMPONENTS} - held_packages(host)
     assert not missing, f"not held: {sorted(missing)}"
+
+
+def test_locked_at_the_installed_versions(host: Any) -> None:
+    if not uses_rpm(host):
+        pytest.skip("apt-mark hold keeps whatever is installed, it names no version")
+    locks = set(host.run("dnf --quiet versionlock list").stdout.split())
+    for package, version in {**_packages(host), **COMPONENTS}.items():
+        assert f"{package}-0:{version}.*" in locks, (package, sorted(locks))
 
 
 def test_toolkits_side_by_side(host: Any) -> None:
@@ -116,15 +140,38 @@ def test_the_loader_gives_the_default_runtime(host: Any) -> None:
     assert result.stdout.strip() == "12090"
 
 
-def test_cudnn_version(host: Any) -> None:
-    header = file_text(host, "/usr/include/x86_64-linux-gnu/cudnn_version_v9.h")
-    assert header is not None, "cuDNN's version header is missing"
-    defines = dict(re.findall(r"#define (CUDNN_\w+) (\d+)", header))
+def test_cudnn_version_header(host: Any) -> None:
+    # /usr/include/cudnn_version.h on both: the header itself (rpm), or the alternative over
+    # the multiarch folder's per-major header (deb)
+    header = "/usr/include/cudnn_version.h"
+    if uses_rpm(host):
+        owner = host.run("rpm --query --file %s", header)
+        assert owner.stdout.strip() == f"libcudnn9-headers-cuda-12-{CUDNN}.x86_64", owner.stdout
+    else:
+        assert host.file(header).linked_to == "/usr/include/x86_64-linux-gnu/cudnn_version_v9.h"
+    text = file_text(host, header)
+    assert text is not None, "cuDNN's version header is missing"
+    defines = dict(re.findall(r"#define (CUDNN_\w+) (\d+)", text))
     assert (defines["CUDNN_MAJOR"], defines["CUDNN_MINOR"], defines["CUDNN_PATCHLEVEL"]) == (
         "9",
         "10",
         "2",
     )
+
+
+def test_cudnn_library(host: Any) -> None:
+    soname = f"{_cudnn_lib(host)}/libcudnn.so.9"
+    assert host.run("readlink -f %s", soname).stdout.strip() == f"{soname}.10.2"
+    loaded = host.run("python3 -c %s", f"import ctypes; ctypes.CDLL({soname!r})")
+    assert loaded.rc == 0, loaded.stderr
+
+
+def test_cudnn_in_the_linker_cache(host: Any) -> None:
+    if uses_rpm(host):
+        pytest.skip(
+            "the stand-in's loader is Debian's glibc, which does not search /usr/lib64 as "
+            "AL2023's does; test_cudnn_library loads it from there"
+        )
     cudnn = loader_paths(host, "libcudnn.so.9")
     assert cudnn, "libcudnn.so.9 is not in the linker cache"
     assert host.run("readlink -f %s", cudnn[0]).stdout.strip().endswith("libcudnn.so.9.10.2")

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from nodeforge.probes import file_text
+from nodeforge.probes import file_text, uses_rpm
 
 
 def test_prepare_really_dirtied_the_image(host: Any) -> None:
@@ -44,6 +44,9 @@ def test_logs_truncated(host: Any) -> None:
     assert host.run("find /var/log -type f -size +0 -not -path '/var/log/journal/*'").stdout == ""
 
 
-def test_apt_lists_removed(host: Any) -> None:
+def test_package_lists_removed(host: Any) -> None:
+    if uses_rpm(host):
+        assert host.run("find /var/cache/dnf -mindepth 1").stdout == ""
+        return
     lists = host.run("find /var/lib/apt/lists -maxdepth 1 -type f -not -name lock").stdout
     assert lists == ""

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nodeforge.probes import held_packages, package_version
+from nodeforge.probes import held_packages, package_status, package_version, uses_rpm
 
 
 @dataclass(frozen=True)
@@ -50,26 +50,9 @@ DRIVERS = {
 }
 
 
-def _rpm(host: Any) -> bool:
-    return bool(host.system_info.distribution == "amzn")
-
-
 @pytest.fixture
 def driver(host: Any) -> Driver:
-    return DRIVERS["amzn" if _rpm(host) else host.system_info.codename]
-
-
-def _version(host: Any, package: str) -> str | None:
-    if not _rpm(host):
-        return package_version(host, package)
-    found = host.run("rpm -q --queryformat '%%{VERSION}-%%{RELEASE}' %s", package)
-    return str(found.stdout) if found.rc == 0 else None
-
-
-def _installed(host: Any, package: str) -> bool:
-    if not _rpm(host):
-        return bool(host.package(package).is_installed)
-    return bool(host.run("rpm -q %s", package).rc == 0)
+    return DRIVERS["amzn" if uses_rpm(host) else host.system_info.codename]
 
 
 def _image_kernel(host: Any) -> str:
@@ -80,14 +63,15 @@ def _image_kernel(host: Any) -> str:
 
 def test_pinned_version(host: Any, driver: Driver) -> None:
     for package in driver.packages:
-        version = _version(host, package)
+        version = package_version(host, package)
         assert version is not None and version.startswith(f"{driver.version}-"), package
 
 
 def test_all_held(host: Any, driver: Driver) -> None:
-    if not _rpm(host):
-        assert set(driver.packages) <= held_packages(host)
+    assert set(driver.packages) <= held_packages(host)
+    if not uses_rpm(host):
         return
+    # locked at the exact epoch:version-release
     locks = host.run("dnf --quiet versionlock list")
     assert locks.rc == 0, locks.stderr
     for package in driver.packages:
@@ -112,7 +96,7 @@ def test_module_version(host: Any, driver: Driver) -> None:
     assert _modinfo(host, driver, "version") == driver.version
     # dkms installs where the distribution family wants it: updates/dkms on Debian, extra on
     # the Red Hat family, Amazon Linux among it (the stand-in's os-release says so to dkms too)
-    folder = "extra" if _rpm(host) else "updates/dkms"
+    folder = "extra" if uses_rpm(host) else "updates/dkms"
     assert _modinfo(host, driver, "filename").startswith(
         f"/lib/modules/{_image_kernel(host)}/{folder}/"
     )
@@ -120,10 +104,10 @@ def test_module_version(host: Any, driver: Driver) -> None:
 
 def test_open_flavour_only(host: Any, driver: Driver) -> None:
     assert _modinfo(host, driver, "license") == "Dual MIT/GPL"
-    assert _installed(host, driver.other_flavour) is False
+    assert package_status(host, driver.other_flavour) != "installed"
 
 
 def test_nouveau_still_blacklisted(host: Any) -> None:
-    if _rpm(host):
+    if uses_rpm(host):
         pytest.skip("the base layer (which blacklists nouveau) has no dnf path yet")
     assert host.file("/etc/modprobe.d/blacklist-nouveau.conf").contains("blacklist nouveau")

@@ -1,6 +1,7 @@
 """What the nvidia_fabric role leaves in a container (image mode, every switch on): the packages
-at the stub driver's exact version, pinned and held; the units enabled, not started; and the
-boot-time gate deciding from a faked sysfs whether each unit starts or is skipped cleanly."""
+at the stub driver's exact version, pinned (apt) or from the driver's stream (dnf), and held;
+the units enabled, not started; and the boot-time gate deciding from a faked sysfs whether each
+unit starts or is skipped cleanly. Debian 13 through apt, the AL2023 stand-in through dnf."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from nodeforge.probes import file_text, held_packages, package_status, package_version
+from nodeforge.probes import (
+    file_text,
+    held_packages,
+    package_status,
+    package_version,
+    uses_rpm,
+)
 
 DRIVER = "580.95.05"
 GATE = "/usr/local/libexec/nodeforge/hardware-gate"
@@ -65,12 +72,14 @@ def test_packages_at_the_driver_version(host: Any) -> None:
         assert version is not None and version.startswith(f"{DRIVER}-"), (package, version)
         assert package_status(host, package) == "installed", package
     assert package_version(host, "nvlsm") == "2025.06.10-1"
-    # NVLSM's companions from Debian: ibstat, which fabric manager's start script calls
+    # NVLSM's companions from the distribution: ibstat, which fabric manager's start script calls
     assert package_status(host, "infiniband-diags") == "installed"
     assert host.run("command -v ibstat").rc == 0
 
 
 def test_pinned_to_the_exact_version(host: Any) -> None:
+    if uses_rpm(host):
+        pytest.skip("apt preferences; on dnf the driver's stream and the version locks pin")
     prefs = _text(host, "/etc/apt/preferences.d/nodeforge-10-nvidia-fabric-exact")
     assert f"Pin: version {DRIVER}-*" in prefs
     assert "Pin-Priority: 1001" in prefs
@@ -82,6 +91,25 @@ def test_pinned_to_the_exact_version(host: Any) -> None:
     assert host.file("/etc/apt/preferences.d/nodeforge-90-nvidia-driver-branch").contains(
         "Pin: version 580.*"
     )
+
+
+def test_from_the_drivers_stream_and_locked_at_its_version(host: Any) -> None:
+    if not uses_rpm(host):
+        pytest.skip("dnf module streams and version locks")
+    enabled = host.run("dnf --quiet module list --enabled nvidia-driver")
+    assert "580-open" in enabled.stdout, enabled.stdout + enabled.stderr
+    # modular packages: dnf offers them from the enabled stream only, none of branch 575
+    offered = host.run("dnf --quiet repoquery --available --queryformat '%{name}-%{version}'")
+    assert f"nvidia-fabricmanager-{DRIVER}" in offered.stdout.split()
+    assert not [p for p in offered.stdout.split() if "-575." in p], offered.stdout
+    locks = host.run("dnf --quiet versionlock list").stdout.split()
+    for package in VERSIONED:
+        assert [
+            lock for lock in locks if lock.startswith(f"{package}-") and f":{DRIVER}-" in lock
+        ], (
+            package,
+            locks,
+        )
 
 
 def test_held(host: Any) -> None:
