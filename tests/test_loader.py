@@ -23,6 +23,7 @@ def test_shipped_catalog_loads(shipped: Catalog) -> None:
         "p6-ubuntu24.04",
         "gb200-ubuntu24.04-arm64",
         "local-debian13",
+        "p5-al2023",
     }
     assert len(shipped.profiles) == 8
     assert set(shipped.os) == {"ubuntu22.04", "ubuntu24.04", "debian12", "debian13", "al2023"}

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,19 @@ def test_facts_and_derived_values(shipped: Catalog) -> None:
     assert (
         cuda["url"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
     )
+
+
+def test_the_cuda_repository_key_follows_the_package_family(shipped: Catalog) -> None:
+    target = target_for(shipped, "p5-ubuntu24.04", "p5.48xlarge")
+    apt = render(shipped, target)["nodeforge"]["stack"]["repositories"]["cuda"]
+    assert apt["key_url"].endswith("/repos/ubuntu2404/x86_64/3bf863cc.pub")
+    assert apt["gpg_fingerprint"] == "EB693B3035CD5710E231E123A4B469963BF863CC"
+    al2023 = replace(target, os=shipped.os["al2023"])
+    dnf = render(shipped, al2023)["nodeforge"]["stack"]["repositories"]["cuda"]
+    assert dnf["url"].endswith("/repos/amzn2023/x86_64/")
+    assert dnf["key_url"].endswith("/repos/amzn2023/x86_64/D42D0685.pub")
+    assert dnf["gpg_fingerprint"] == "610C7B14E068A878070DA4E99CD0A493D42D0685"
+    assert "rpm_key" not in apt and "rpm_key" not in dnf
 
 
 def test_compute_capabilities_cover_every_profile_of_the_image(shipped: Catalog) -> None:

@@ -46,7 +46,7 @@ def test_rule_ids_are_unique() -> None:
 def test_shipped_catalog_passes_every_rule(shipped: Catalog) -> None:
     report = check_targets(targets(shipped))
     assert report.ok, report.errors
-    assert len(report.targets) == 7
+    assert len(report.targets) == 10
 
 
 @pytest.mark.parametrize("pair", [HOPPER, B200, B300, GB200])

@@ -13,6 +13,7 @@ from nodeforge.probes import (
     package_status,
     package_version,
     unit_state,
+    uses_rpm,
 )
 
 pytestmark = pytest.mark.layer("base")
@@ -37,8 +38,10 @@ def test_kernel_installed_and_held(
 def test_headers_for_every_image_kernel(host: Any) -> None:
     releases = host.run("ls /lib/modules").stdout.split()
     assert releases
+    # where DKMS builds: /usr/src/linux-headers-<release> (Debian, Ubuntu) or
+    # /usr/src/kernels/<release> (AL2023), behind the build link either way
     for release in releases:
-        assert host.file(f"/usr/src/linux-headers-{release}").is_directory, release
+        assert host.file(f"/lib/modules/{release}/build/Makefile").is_file, release
 
 
 def test_nouveau_off(host: Any) -> None:
@@ -51,13 +54,19 @@ def test_memlock_unlimited(host: Any) -> None:
     assert "DefaultLimitMEMLOCK=infinity" in manager.splitlines()
 
 
-def test_apt_timers_masked(host: Any) -> None:
-    assert unit_state(host, "apt-daily.timer") == "masked"
-    assert unit_state(host, "apt-daily-upgrade.timer") == "masked"
+def test_package_manager_timers_masked(host: Any) -> None:
+    timers = (
+        ["dnf-makecache.timer"]
+        if uses_rpm(host)
+        else ["apt-daily.timer", "apt-daily-upgrade.timer"]
+    )
+    for timer in timers:
+        assert unit_state(host, timer) == "masked", timer
 
 
 def test_chrony_enabled(host: Any) -> None:
-    assert unit_state(host, "chrony.service") == "enabled"
+    unit = "chronyd.service" if uses_rpm(host) else "chrony.service"
+    assert unit_state(host, unit) == "enabled"
 
 
 def test_hardware_fact_runs(host: Any) -> None:

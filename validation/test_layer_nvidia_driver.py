@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nodeforge.probes import held_packages
+from nodeforge.probes import held_packages, uses_rpm
 
 pytestmark = [pytest.mark.layer("nvidia_driver"), pytest.mark.stage("build")]
 # `dkms status` lines: "nvidia/580.95.05, 6.8.0-1021-aws, x86_64: installed" (dkms 3), with
@@ -36,9 +36,12 @@ def _driver(nodeforge: dict[str, Any]) -> tuple[str, str]:
 
 
 def _branch_packages(host: Any, branch: str) -> dict[str, str]:
-    """Installed packages whose version is on the driver's branch (NVIDIA's numbering)."""
+    """Installed packages whose version is on the driver's branch (NVIDIA's numbering); rpm's
+    version-release stands where dpkg's version does."""
     listed = host.run(
-        "dpkg-query --show --showformat='${Package} ${Version} ${db:Status-Status}\\n'"
+        "rpm --query --all --queryformat '%{NAME} %{VERSION}-%{RELEASE} installed\\n'"
+        if uses_rpm(host)
+        else "dpkg-query --show --showformat='${Package} ${Version} ${db:Status-Status}\\n'"
     )
     found = {}
     for line in listed.stdout.splitlines():

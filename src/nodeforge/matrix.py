@@ -37,11 +37,15 @@ def support_rows(catalog: Catalog) -> list[list[str]]:
                 t.image.name,
                 t.os.name,
                 stack.name,
-                f"{stack.driver.version} ({t.driver_flavour()})",
-                stack.cuda.default,
-                stack.nccl.version,
-                stack.efa.installer_version if stack.efa else "-",
-                f"{frameworks.pytorch.version} {frameworks.pytorch.variant}" if frameworks else "-",
+                f"{stack.driver.version} ({t.driver_flavour()})"
+                if t.layer("nvidia_driver")
+                else "-",
+                stack.cuda.default if t.layer("cuda_toolkit") else "-",
+                stack.nccl.version if t.layer("nccl") else "-",
+                stack.efa.installer_version if stack.efa and t.layer("efa") else "-",
+                f"{frameworks.pytorch.version} {frameworks.pytorch.variant}"
+                if frameworks and t.layer("python_ml")
+                else "-",
                 report.status_of(t.image.name, t.profile.name),
             ]
         )

@@ -119,6 +119,10 @@ def resolve_url(url: str, target: Target, mirror: str | None) -> str | None:
 
 def _stack_document(stack: Stack, target: Target, mirror: str | None) -> dict[str, Any]:
     data = stack.model_dump(mode="json", exclude={"vars", "sources", "extends"})
+    for repository in data["repositories"].values():
+        rpm_key = repository.pop("rpm_key")
+        if rpm_key is not None and target.os.package_family == "dnf":
+            repository.update(rpm_key)
     for group in ("repositories", "artifacts"):
         for entry in data[group].values():
             for key in ("url", "key_url", "signature_url"):

@@ -314,6 +314,15 @@ class Artifact(Model):
         return self.sha256 != "unknown" or self.gpg_fingerprint is not None
 
 
+class RepositoryKey(Model):
+    """The signing key of a repository's rpm form, where the vendor signs it with another key
+    than the apt one."""
+
+    key_url: Url
+    gpg_fingerprint: Fingerprint
+    source: str
+
+
 class AptRepository(Model):
     """An apt/dnf repository; packages are verified by its signing key."""
 
@@ -321,6 +330,9 @@ class AptRepository(Model):
     key_url: Url
     gpg_fingerprint: Fingerprint
     source: str
+    rpm_key: RepositoryKey | None = None
+    """Replaces key_url and gpg_fingerprint on a dnf OS: NVIDIA signs its rpm repositories
+    (amzn2023, rhel*) with D42D0685, its apt ones with 3bf863cc."""
 
 
 class Driver(Model):
