@@ -335,7 +335,7 @@ def test_dnf_os_takes_only_the_layers_with_a_dnf_path(shipped: Catalog) -> None:
     assert _errors(target, "dnf-layers") == []
     al2023 = replace(target, os=shipped.os["al2023"])
     [finding] = _errors(al2023, "dnf-layers")
-    assert finding.message.startswith("al2023 uses dnf, and the layers gdrcopy, efa, ")
+    assert finding.message.startswith("al2023 uses dnf, and the layers efa, aws_ofi_nccl, ")
     assert "nvidia_driver" not in finding.message.split("(")[0]
     driver_only = replace(
         al2023,

@@ -338,7 +338,7 @@ def _enroot(t: Target) -> Iterator[Problem]:
 
 # Layers whose roles have a dnf path (Amazon Linux 2023); docs/al2023.md says what the others lack.
 DNF_LAYERS: frozenset[str] = frozenset(
-    {"base", "nvidia_driver", "nvidia_fabric", "cuda_toolkit", "image_cleanup"}
+    {"base", "nvidia_driver", "nvidia_fabric", "cuda_toolkit", "gdrcopy", "image_cleanup"}
 )
 
 

@@ -1,8 +1,10 @@
-"""What the gdrcopy role leaves in a container (image mode): libgdrapi and the tools in the
-prefix, resolvable by the loader at the release's API version; gdrdrv built and installed
-through DKMS for the image's kernel; gdrcopy.service enabled, not started, behind a GPU gate that
-decides from a faked sysfs; the build record; no build directory. And inputs that must stop the
-role (a tarball whose sha256 does not match, no NVIDIA driver source) before it changes a thing."""
+"""What the gdrcopy role leaves in a container (image mode), on Debian 12 (apt) and the Amazon
+Linux 2023 stand-in (dnf): DKMS and the toolchain by the package manager's own names; libgdrapi
+and the tools in the prefix, resolvable by the loader at the release's API version; gdrdrv built
+and installed through DKMS for the image's kernel, in the family's module folder;
+gdrcopy.service enabled, not started, behind a GPU gate that decides from a faked sysfs; the
+build record; no build directory. And inputs that must stop the role (a tarball whose sha256
+does not match, no NVIDIA driver source) before it changes a thing."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 from nodeforge.local.playbook import expect_failure
-from nodeforge.probes import file_text, unit_state
+from nodeforge.probes import file_text, package_status, unit_state, uses_rpm
 
 REPO = Path(__file__).resolve().parents[3]
 VERSION = "2.5.1"
@@ -49,12 +51,24 @@ TREES: dict[str, list[tuple[str, str, str, str]]] = {
     "a10g": [("0000:00:1e.0", "0x10de", "0x2237", "0x030000")],
 }
 GPU_TREES = {"h100", "a10g"}
+# What the role asks each package manager for (the tools are built: pkg-config and libcheck too).
+PACKAGES = {
+    "apt": ("dkms", "build-essential", "pkg-config", "check"),
+    "dnf": ("dkms", "gcc", "gcc-c++", "make", "pkgconf-pkg-config", "check-devel"),
+}
 
 
 def _image_kernel(host: Any) -> str:
     kernels: list[str] = host.run("ls -d /lib/modules/*/build").stdout.split()
     assert len(kernels) == 1, kernels
     return kernels[0].split("/")[3]
+
+
+def test_toolchain_installed_by_the_package_manager(host: Any) -> None:
+    # on the stand-in rpm's database knows the dnf names only if the role's dnf installed them
+    names = PACKAGES["dnf" if uses_rpm(host) else "apt"]
+    missing = [name for name in names if package_status(host, name) != "installed"]
+    assert not missing, missing
 
 
 def test_library_installed_with_upstreams_links(host: Any) -> None:
@@ -118,9 +132,12 @@ def test_dkms_built_for_the_image_kernel_not_the_builder(host: Any) -> None:
 def test_module_installed_where_dkms_puts_it(host: Any) -> None:
     kernel = _image_kernel(host)
     filename = host.run("modinfo -k %s -F filename gdrdrv", kernel).stdout.strip()
+    # dkms picks the folder by distribution family, over dkms.conf's DEST_MODULE_LOCATION: extra
+    # on the Red Hat family (the stand-in's os-release says Amazon Linux to Debian's dkms too)
+    folder = "extra" if uses_rpm(host) else "updates/dkms"
     assert re.fullmatch(
-        rf"/lib/modules/{re.escape(kernel)}/updates/dkms/gdrdrv\.ko(\.xz|\.zst|\.gz)?", filename
-    )
+        rf"/lib/modules/{re.escape(kernel)}/{folder}/gdrdrv\.ko(\.xz|\.zst|\.gz)?", filename
+    ), filename
     assert host.file(filename).is_file
     # gdrdrv's MODULE_VERSION is the release's major.minor (gdrdrv.h)
     assert host.run("modinfo -F version %s", filename).stdout.strip() == API
