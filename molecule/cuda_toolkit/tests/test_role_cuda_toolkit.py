@@ -167,11 +167,6 @@ def test_cudnn_library(host: Any) -> None:
 
 
 def test_cudnn_in_the_linker_cache(host: Any) -> None:
-    if uses_rpm(host):
-        pytest.skip(
-            "the stand-in's loader is Debian's glibc, which does not search /usr/lib64 as "
-            "AL2023's does; test_cudnn_library loads it from there"
-        )
     cudnn = loader_paths(host, "libcudnn.so.9")
     assert cudnn, "libcudnn.so.9 is not in the linker cache"
     assert host.run("readlink -f %s", cudnn[0]).stdout.strip().endswith("libcudnn.so.9.10.2")
