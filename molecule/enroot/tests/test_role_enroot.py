@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from nodeforge.local.playbook import expect_failure
+from nodeforge.local.playbook import expect_failure, run_in_container
 from nodeforge.probes import file_text
 
 REPO = Path(__file__).resolve().parents[3]
@@ -135,16 +135,15 @@ def _deb(name: str) -> str:
     return f"{RELEASE}/{name}_{VERSION}-1_amd64.deb"
 
 
-def _negative(host: Any, deb_sha256: str | None = None, **role_vars: Any) -> str:
-    """Run negative.yml against the scenario's container; the role must fail. Its output.
-
+def _role_vars(deb_sha256: str | None = None, **role_vars: Any) -> dict[str, Any]:
+    """The role's inputs as the converge's, from the served mirror, with `role_vars` on top;
     `deb_sha256` replaces the served sha256 of every package."""
     mirror = os.environ.get("NODEFORGE_TEST_MIRROR")
     served = os.environ.get("NODEFORGE_TEST_MIRROR_SHA256")
     if not mirror or not served:
         pytest.skip("needs the served test mirror (NODEFORGE_TEST_MIRROR)")
     sha256 = json.loads(served)
-    extra = {
+    return {
         "enroot_version": VERSION,
         "enroot_packages": [
             {"url": f"{mirror}{_deb(name)}", "sha256": deb_sha256 or sha256[_deb(name)]}
@@ -158,8 +157,16 @@ def _negative(host: Any, deb_sha256: str | None = None, **role_vars: Any) -> str
         "enroot_slurm_srun": "/usr/bin/srun",
         **role_vars,
     }
-    playbook = Path(__file__).resolve().parents[1] / "negative.yml"
-    return expect_failure(playbook, host.backend.name, extra, repo_root=REPO)
+
+
+# negative.yml applies the role alone, with the variables given on the command line.
+ROLE_PLAYBOOK = Path(__file__).resolve().parents[1] / "negative.yml"
+
+
+def _negative(host: Any, deb_sha256: str | None = None, **role_vars: Any) -> str:
+    """Run the role against the scenario's container; it must fail. Its output."""
+    extra = _role_vars(deb_sha256, **role_vars)
+    return expect_failure(ROLE_PLAYBOOK, host.backend.name, extra, repo_root=REPO)
 
 
 def _installed(host: Any) -> dict[str, str]:
@@ -191,3 +198,26 @@ def test_checksum_mismatch_stops_before_apt(host: Any) -> None:
     assert "Install | each package" not in output  # apt never saw the file
     assert _installed(host) == before
     assert not host.file(WORK_DIR).exists
+
+
+def _unpacked(host: Any) -> list[tuple[str, int]]:
+    """Each package's version and when dpkg last unpacked it (epoch seconds)."""
+    listed = host.run(
+        "dpkg-query --show --showformat='${Version} ${db-fsys:Last-Modified}\\n' %s %s", *PACKAGES
+    )
+    return [(version, int(when)) for version, when in map(str.split, listed.stdout.splitlines())]
+
+
+def test_force_reinstall_reinstalls_at_the_same_version(host: Any) -> None:
+    before = _unpacked(host)
+    run = run_in_container(
+        ROLE_PLAYBOOK,
+        host.backend.name,
+        _role_vars(enroot_force_reinstall=True),
+        repo_root=REPO,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    after = _unpacked(host)
+    assert [v for v, _ in after] == [v for v, _ in before] == [VERSION + "-1"] * len(PACKAGES)
+    # apt left them as they were; dpkg unpacked each again
+    assert all(a > b for (_, a), (_, b) in zip(after, before, strict=True)), (before, after)
