@@ -55,7 +55,7 @@ class MirrorSpec:
 def nvidia_smi(version: str = DRIVER) -> str:
     """`nvidia-smi --version` and the driver_version query answer; anything else fails as a
     GPU-less host does (exit 9), since build mode never needs a GPU."""
-    cuda = "13.0" if int(version.partition(".")[0]) >= 580 else "12.x"
+    cuda = "13.0" if _branch(version) >= 580 else "12.x"
     return f"""#!/bin/sh
 # nodeforge test stub of nvidia-smi {version}: touches no GPU.
 case "$*" in
