@@ -22,6 +22,7 @@ the variables. No layer may set any of the three reserved keys.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +31,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationError
 
 from nodeforge.catalog.loader import Catalog, input_error_from
-from nodeforge.catalog.models import LAYERS, Model, Profile, Stack, Url, Vars
+from nodeforge.catalog.models import LAYERS, Model, PlainUrl, Profile, Stack, Vars
+from nodeforge.catalog.placeholders import fill, uses
 from nodeforge.catalog.yamlfile import read_yaml
 from nodeforge.errors import InputError
 from nodeforge.target import Target
@@ -45,7 +47,7 @@ _DEB_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 class UserOverrides(Model):
     """The --vars file: the last layer. JSON or YAML."""
 
-    mirror: Url | None = None
+    mirror: PlainUrl | None = None
     vars: Vars = Field(default_factory=dict)
 
 
@@ -58,7 +60,7 @@ def load_overrides(path: Path) -> UserOverrides:
     try:
         return UserOverrides.model_validate(doc.data)
     except ValidationError as exc:
-        raise input_error_from(exc, path, doc.line_of) from None
+        raise input_error_from(exc, path, doc.line_of, doc.data) from None
 
 
 def _layers(
@@ -91,10 +93,12 @@ def _layers(
 
 
 def _relative(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root.parent))
-    except ValueError:
-        return str(path)
+    """How the document names a layer's file: from the catalog's folder for catalog files, by
+    name alone for the user's, so that the same inputs give the same bytes from any directory."""
+    absolute, catalog = Path(os.path.abspath(path)), Path(os.path.abspath(root))
+    if absolute.is_relative_to(catalog):
+        return str(absolute.relative_to(catalog.parent))
+    return path.name
 
 
 def resolve_url(url: str, target: Target, mirror: str | None) -> str | None:
@@ -104,12 +108,15 @@ def resolve_url(url: str, target: Target, mirror: str | None) -> str | None:
     """
     os_arch = target.os_arch
     nvidia_repo = os_arch.nvidia_repo if os_arch is not None else None
-    if "{nvidia_repo}" in url and nvidia_repo is None:
+    if uses(url, "nvidia_repo") and nvidia_repo is None:
         return None
-    resolved = url.format(
-        nvidia_repo=nvidia_repo or "",
-        arch=target.image.arch,
-        deb_arch=_DEB_ARCH[target.image.arch],
+    resolved = fill(
+        url,
+        {
+            "nvidia_repo": nvidia_repo or "",
+            "arch": target.image.arch,
+            "deb_arch": _DEB_ARCH[target.image.arch],
+        },
     )
     if mirror is None:
         return resolved

@@ -12,6 +12,7 @@ from typing import Literal
 from nodeforge.catalog.compat import Compat
 from nodeforge.catalog.loader import Catalog
 from nodeforge.catalog.models import Image, OsArch, OsEntry, Profile, Stack
+from nodeforge.catalog.placeholders import fill
 from nodeforge.errors import InputError
 from nodeforge.versions import Version
 
@@ -46,8 +47,8 @@ class Target:
             return None
         branch = str(driver.branch)
         return {
-            "fabric_manager": naming.fabric_manager.format(branch=branch),
-            "imex": naming.imex.format(branch=branch),
+            "fabric_manager": fill(naming.fabric_manager, {"branch": branch}),
+            "imex": fill(naming.imex, {"branch": branch}),
         }
 
     def ofi_nccl_version(self) -> Version | None:

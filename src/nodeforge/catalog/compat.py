@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from nodeforge.catalog.models import Arch, Layer, Model, VersionStr
+from nodeforge.catalog.placeholders import check_placeholders
 from nodeforge.versions import Version
 
 
@@ -61,12 +62,19 @@ class EfaBundle(Model):
     aws_ofi_nccl: VersionStr
 
 
+def _branch_template(value: str) -> str:
+    return check_placeholders(value, {"branch"})
+
+
+BranchTemplate = Annotated[str, AfterValidator(_branch_template)]
+
+
 class FabricNaming(Model):
     package_family: Literal["apt", "dnf"]
     min_branch: int
     max_branch: int | None
-    fabric_manager: str
-    imex: str
+    fabric_manager: BranchTemplate
+    imex: BranchTemplate
 
 
 class KnownBadWhen(Model):

@@ -11,6 +11,7 @@ Layout (all YAML):
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,15 +54,19 @@ def load_catalog(root: Path) -> Catalog:
         )
     files: dict[str, Path] = {}
     compat_path = root / "compat.yml"
-    if not compat_path.is_file():
+    if not compat_path.exists() and not compat_path.is_symlink():
         raise InputError(
             "compat.yml is missing",
             file=compat_path,
             fix="copy images/compat.yml from nodeforge into the catalog",
         )
-    compat = _validate(read_yaml(compat_path), Compat)
+    compat = _validate(read_yaml(_regular_file(compat_path)), Compat)
     common_path = root / "common.yml"
-    common = _validate(read_yaml(common_path), Common) if common_path.is_file() else Common()
+    common = (
+        _validate(read_yaml(_regular_file(common_path)), Common)
+        if common_path.exists() or common_path.is_symlink()
+        else Common()
+    )
 
     os_entries = _load_kind(root, "os", OsEntry, files)
     profiles = _load_kind(root, "profiles", Profile, files)
@@ -75,18 +80,50 @@ def load_catalog(root: Path) -> Catalog:
 
 
 def _yaml_files(folder: Path, kind: str) -> list[Path]:
+    """Every `*.yml` entry of the folder; one that is not a regular file is an error, not a
+    silent skip (a directory, a dangling link or a FIFO named like an entry is a mistake)."""
     if not folder.is_dir():
         raise InputError(
-            f"the {kind} folder is missing",
+            f"the {kind} folder is missing" if not folder.exists() else "is not a folder",
             file=folder,
             fix=f"create {folder.name}/ with one YAML file per entry",
         )
-    others = sorted(p.name for p in folder.glob("*.yaml"))
+    try:
+        names = sorted(entry.name for entry in folder.iterdir())
+    except OSError as exc:
+        raise InputError(
+            f"cannot list the {kind} folder ({exc.strerror or exc})",
+            file=folder,
+            fix="make it readable by the user running nodeforge",
+        ) from None
+    others = [name for name in names if name.endswith(".yaml")]
     if others:
         raise InputError(
-            f"'{others[0]}' ends in .yaml", file=folder, fix="name catalog files <name>.yml"
+            f"'{others[0]}' ends in .yaml",
+            file=folder / others[0],
+            fix="name catalog files <name>.yml",
         )
-    return sorted(p for p in folder.glob("*.yml") if p.is_file())
+    return [_regular_file(folder / name) for name in names if name.endswith(".yml")]
+
+
+def _regular_file(path: Path) -> Path:
+    """`path`, or InputError when it is not a regular file (after following links)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise InputError(
+            f"cannot read the file ({exc.strerror or exc})",
+            file=path,
+            fix="remove the broken link or point it at a catalog file",
+        ) from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise InputError(
+            f"is {kind}, where a catalog file is expected",
+            file=path,
+            fix="replace it with a YAML file, or remove it",
+        )
+    return path
 
 
 def _validate(doc: YamlDocument, model: type[M]) -> M:
@@ -100,25 +137,68 @@ def _validate(doc: YamlDocument, model: type[M]) -> M:
     try:
         return model.model_validate(doc.data)
     except ValidationError as exc:
-        raise input_error_from(exc, doc.path, doc.line_of) from None
+        raise input_error_from(exc, doc.path, doc.line_of, doc.data) from None
+
+
+Locator = Callable[[tuple[int | str, ...]], tuple[Path, int | None]]
 
 
 def input_error_from(
-    exc: ValidationError, path: Path, line_of: Callable[[tuple[int | str, ...]], int | None]
+    exc: ValidationError,
+    path: Path,
+    line_of: Callable[[tuple[int | str, ...]], int | None],
+    data: Any = None,
 ) -> InputError:
+    """The first problem of a validation error, at its file and line; with the validated
+    `data`, the field path is the user's own (no union branch such as `vcpus.int`)."""
+    return located_error(exc, data, lambda loc: (path, line_of(loc)))
+
+
+def located_error(exc: ValidationError, data: Any, locate: Locator) -> InputError:
     errors = exc.errors(include_url=False)
-    first = errors[0]
-    loc = tuple(first["loc"])
-    field_path = ".".join(str(p) for p in loc) or None
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        message = "unknown key (not part of the schema)"
-    elif first["type"] == "missing":
-        message = "required field is missing"
-    more = len(errors) - 1
+
+    def where(error: Any) -> tuple[int | str, ...]:
+        loc = tuple(error["loc"])
+        return loc if data is None else _data_path(data, loc, error["type"] == "missing")
+
+    loc = where(errors[0])
+    # a union reports one error per branch at the same place: one message says them all
+    same = [e for e in errors if where(e) == loc]
+    messages = list(dict.fromkeys(_message(e) for e in same))
+    message = messages[0] + "".join(
+        f" or {m.removeprefix('Input should be ')}" for m in messages[1:]
+    )
+    more = len(errors) - len(same)
     if more:
         message += f" (and {more} more problem{'s' if more > 1 else ''} in this file)"
-    return InputError(message, file=path, field=field_path, line=line_of(loc))
+    path, line = locate(tuple(loc))
+    return InputError(message, file=path, field=".".join(str(p) for p in loc) or None, line=line)
+
+
+def _message(error: Any) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown key (not part of the schema)"
+    if error["type"] == "missing":
+        return "required field is missing"
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
+def _data_path(data: Any, loc: tuple[int | str, ...], missing: bool) -> tuple[int | str, ...]:
+    """The part of a pydantic location that exists in the data: union branches (`int`,
+    `literal['unknown']`, `list[CardGroup]`) are pydantic's names, not the user's."""
+    path: list[int | str] = []
+    for index, part in enumerate(loc):
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        elif missing and index == len(loc) - 1:
+            path.append(part)  # the required key the user left out
+            break
+        else:
+            continue
+        path.append(part)
+    return tuple(path)
 
 
 def _load_kind(root: Path, kind: str, model: type[M], files: dict[str, Path]) -> dict[str, M]:
@@ -164,7 +244,15 @@ def _load_extending(
         parent = doc.data.get("extends")
         data: dict[str, Any] = doc.data
         if parent is not None:
-            if not isinstance(parent, str) or parent not in docs:
+            if not isinstance(parent, str):
+                raise InputError(
+                    f"extends must name a {kind[:-1]} (a string), not {type(parent).__name__}",
+                    file=doc.path,
+                    field="extends",
+                    line=doc.line_of(("extends",)),
+                    fix=f"name one of: {', '.join(sorted(docs)) or '(none)'}",
+                )
+            if parent not in docs:
                 raise InputError(
                     f"extends '{parent}', but no {kind[:-1]} in this catalog has that name",
                     file=doc.path,
@@ -185,34 +273,43 @@ def _load_extending(
         merged[name] = data
         return data
 
+    # parents first: an error in a parent is reported on the parent's own file
+    resolved = {name: resolve(name, ()) for name in docs}
+    chains = {name: _chain(name, docs) for name in docs}
     entries: dict[str, M] = {}
-    for name, doc in docs.items():
-        data = resolve(name, ())
+    for name in sorted(docs, key=lambda n: (len(chains[n]), n)):
+        doc, data = docs[name], resolved[name]
         try:
             entry = model.model_validate(data)
         except ValidationError as exc:
-            raise input_error_from(exc, doc.path, _line_in_chain(name, docs)) from None
+            raise located_error(exc, data, _place_in_chain(chains[name], docs)) from None
         _check_name(doc, getattr(entry, "name", None))
         entries[name] = entry
-    return entries
+    return dict(sorted(entries.items()))
 
 
-def _line_in_chain(
-    name: str, docs: Mapping[str, YamlDocument]
-) -> Callable[[tuple[int | str, ...]], int | None]:
-    """Line lookup in a merged entry: the child's line for what it sets, else the parent's."""
+def _chain(name: str, docs: Mapping[str, YamlDocument]) -> list[str]:
+    """The entry, then its parent, and so on (resolve() has refused cycles and unknown names)."""
+    chain = [name]
+    while isinstance(parent := docs[chain[-1]].data.get("extends"), str) and parent not in chain:
+        chain.append(parent)
+    return chain
 
-    def line_of(loc: tuple[int | str, ...]) -> int | None:
-        current: str | None = name
-        while current is not None and current in docs:
+
+def _place_in_chain(chain: list[str], docs: Mapping[str, YamlDocument]) -> Locator:
+    """Where a value of a merged entry was written: the nearest entry of the chain that sets
+    it (the child over its parents), else the child itself."""
+
+    def place(loc: tuple[int | str, ...]) -> tuple[Path, int | None]:
+        for current in chain:
             doc = docs[current]
             if _has_path(doc.data, loc):
-                return doc.line_of(loc)
-            parent = doc.data.get("extends")
-            current = parent if isinstance(parent, str) else None
-        return docs[name].line_of(loc)
+                return doc.path, doc.line_of(loc)
+        # a key missing everywhere: the child is where it belongs, under its nearest parent key
+        doc = docs[chain[0]]
+        return doc.path, doc.line_of(loc)
 
-    return line_of
+    return place
 
 
 def _has_path(data: Any, loc: tuple[int | str, ...]) -> bool:

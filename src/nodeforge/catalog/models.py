@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from nodeforge.catalog.placeholders import check_placeholders
 from nodeforge.versions import Version
 
 Arch = Literal["x86_64", "arm64"]
@@ -49,7 +50,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _FINGERPRINT = re.compile(r"^[0-9A-F]{40}$")
 _PCI_ID = re.compile(r"^0x[0-9a-f]{4}$")
 URL_PLACEHOLDERS = frozenset({"nvidia_repo", "arch", "deb_arch"})
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
 def _name(value: str) -> str:
@@ -81,13 +81,12 @@ def _fingerprint(value: str) -> str:
 def _url(value: str) -> str:
     if not value.startswith(("https://", "http://", "s3://")):
         raise ValueError("expected an https://, http:// or s3:// URL")
-    unknown = set(_PLACEHOLDER.findall(value)) - URL_PLACEHOLDERS
-    if unknown:
-        raise ValueError(
-            f"unknown placeholder {{{sorted(unknown)[0]}}}; "
-            f"allowed: {', '.join('{' + p + '}' for p in sorted(URL_PLACEHOLDERS))}"
-        )
-    return value
+    return check_placeholders(value, URL_PLACEHOLDERS)
+
+
+def _plain_url(value: str) -> str:
+    """A URL used as it is (a mirror's base): no placeholders, no braces."""
+    return check_placeholders(_url(value), ())
 
 
 def _pci_id(value: str) -> str:
@@ -108,12 +107,23 @@ VersionStr = Annotated[str, AfterValidator(_version)]
 Sha256 = Annotated[str, AfterValidator(_sha256)]
 Fingerprint = Annotated[str, AfterValidator(_fingerprint)]
 Url = Annotated[str, AfterValidator(_url)]
+PlainUrl = Annotated[str, AfterValidator(_plain_url)]
 PciId = Annotated[str, AfterValidator(_pci_id)]
 Vars = Annotated[dict[str, Any], AfterValidator(_var_names)]
 
 
+def _unique(value: list[Any]) -> list[Any]:
+    seen: set[Any] = set()
+    for item in value:
+        if item in seen:
+            raise ValueError(f"'{item}' is listed twice")
+        seen.add(item)
+    return value
+
+
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # no NaN or infinity: `.inf` GiB of memory passes every comparison a rule makes
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------- profiles
@@ -122,22 +132,22 @@ class Model(BaseModel):
 class Gpu(Model):
     model: str
     architecture: Literal["ampere", "ada", "hopper", "blackwell"]
-    count: int = Field(ge=1)
-    memory_gib: float = Field(gt=0)
+    count: int = Field(ge=1, le=64)
+    memory_gib: float = Field(gt=0, le=65536)
     compute_capability: VersionStr
     pci_device_ids: list[PciId] = Field(min_length=1)
 
 
 class Cpu(Model):
     vendor: str
-    vcpus: int | Unknown
-    memory_gib: float | Unknown
+    vcpus: Annotated[int, Field(ge=1, le=65536)] | Unknown
+    memory_gib: Annotated[float, Field(gt=0, le=1 << 24)] | Unknown
 
 
 class Interconnect(Model):
     nvswitch: bool
-    nvlink_generation: int | None
-    nvlinks_per_gpu: int | None
+    nvlink_generation: Annotated[int, Field(ge=1, le=64)] | None
+    nvlinks_per_gpu: Annotated[int, Field(ge=1, le=1024)] | None
     fabric_manager: bool
     nvlsm: bool
     imex: bool
@@ -154,15 +164,15 @@ class Interconnect(Model):
 class CardGroup(Model):
     """Network cards first..last, all alike: what the launch template must request for them."""
 
-    first: int = Field(ge=0)
-    last: int = Field(ge=0)
+    first: int = Field(ge=0, le=255)
+    last: int = Field(ge=0, le=255)
     interface: Literal["efa", "efa-only", "ena"]
-    device_index: int = Field(ge=0)
+    device_index: int = Field(ge=0, le=255)
 
 
 class Network(Model):
-    bandwidth_gbps: int = Field(ge=1)
-    efa_interfaces: int = Field(ge=0)
+    bandwidth_gbps: int = Field(ge=1, le=1_000_000)
+    efa_interfaces: int = Field(ge=0, le=256)
     gpudirect_rdma: Literal["required", "optional"]
     network_cards: list[CardGroup] | Unknown
 
@@ -190,7 +200,7 @@ class Network(Model):
 
 
 class DriverRequirement(Model):
-    min_branch: int = Field(ge=1)
+    min_branch: int = Field(ge=1, le=9999)
     open_modules: Literal["required", "recommended", "optional", "unsupported"]
     gsp_firmware: bool = True
 
@@ -198,12 +208,12 @@ class DriverRequirement(Model):
 class Baseline(Model):
     """A validation threshold with its provenance; `status: unknown` says nobody has measured it."""
 
-    value: float | None
+    value: Annotated[float, Field(gt=0)] | None
     unit: str
     status: Literal["published", "measured", "advisory", "unknown"]
     source: str
     message_size: str | None = None
-    nodes: int | None = None
+    nodes: Annotated[int, Field(ge=1, le=100_000)] | None = None
     tolerance: float = Field(default=0.1, ge=0, lt=1)
     note: str | None = None
 
@@ -229,7 +239,7 @@ class Profile(Model):
     cpu: Cpu
     interconnect: Interconnect
     network: Network
-    nvme_gb: int | Unknown
+    nvme_gb: Annotated[int, Field(ge=0, le=1 << 30)] | Unknown
     driver: DriverRequirement
     baselines: Baselines
     sources: list[str] = Field(min_length=1)
@@ -336,7 +346,7 @@ class AptRepository(Model):
 
 
 class Driver(Model):
-    branch: int = Field(ge=1)
+    branch: int = Field(ge=1, le=9999)
     version: VersionStr
     flavour: Literal["open", "proprietary", "profile"]
     """`profile`: open modules unless the profile's GPUs do not support them."""
@@ -353,7 +363,7 @@ class Driver(Model):
 
 
 class Cuda(Model):
-    toolkits: list[VersionStr] = Field(min_length=1)
+    toolkits: Annotated[list[VersionStr], AfterValidator(_unique)] = Field(min_length=1)
     default: VersionStr
     cudnn: VersionStr | None = None
     source: Literal["nvidia-repo", "distro"]
@@ -421,16 +431,28 @@ class PyTorch(Model):
 Framework = Literal["pytorch", "megatron_core", "transformers", "accelerate", "vllm"]
 """The pinned frameworks of a stack, by their field name under `frameworks`."""
 
+_LOCK_PATH = re.compile(
+    r"^locks/([A-Za-z0-9_-][A-Za-z0-9._-]*/)*[A-Za-z0-9_-][A-Za-z0-9._-]*\.txt$"
+)
+
+
+def _lock_path(value: str) -> str:
+    if not _LOCK_PATH.match(value):
+        raise ValueError(
+            "expected a .txt file under locks/ in this catalog, such as "
+            "locks/hopper/training-x86_64.txt (no '..', no absolute path)"
+        )
+    return value
+
+
 # Relative to the catalog directory, so that a catalog (and its locks) can move as one folder.
-LockPath = Annotated[
-    str, Field(pattern=r"^locks/([A-Za-z0-9._-]+/)*[A-Za-z0-9_-][A-Za-z0-9._-]*\.txt$")
-]
+LockPath = Annotated[str, AfterValidator(_lock_path)]
 
 
 class PythonEnvironment(Model):
     """One virtual environment of the python_ml layer, installed from a hash-checked lock."""
 
-    frameworks: list[Framework] = Field(min_length=1)
+    frameworks: Annotated[list[Framework], AfterValidator(_unique)] = Field(min_length=1)
     locks: dict[Arch, LockPath] = Field(default_factory=dict)
     """The lock per architecture (`nodeforge lock` writes it); none yet: the layer refuses it."""
 
@@ -439,8 +461,6 @@ class PythonEnvironment(Model):
         # each environment carries its own torch: vLLM pins torch, so they cannot share one
         if "pytorch" not in self.frameworks:
             raise ValueError("frameworks must list pytorch: every environment has its own torch")
-        if len(set(self.frameworks)) != len(self.frameworks):
-            raise ValueError("frameworks lists a framework twice")
         return self
 
 
@@ -477,7 +497,7 @@ class Stack(Model):
     name: Name
     description: str
     extends: Name | None = None
-    architectures: list[Arch] = Field(min_length=1)
+    architectures: Annotated[list[Arch], AfterValidator(_unique)] = Field(min_length=1)
     driver: Driver
     cuda: Cuda
     nccl: Nccl
@@ -542,18 +562,10 @@ class Image(Model):
     os: Name
     arch: Arch
     stack: Name
-    profiles: list[Name] = Field(min_length=1)
-    layers: list[Layer] = Field(min_length=1)
+    profiles: Annotated[list[Name], AfterValidator(_unique)] = Field(min_length=1)
+    layers: Annotated[list[Layer], AfterValidator(_unique)] = Field(min_length=1)
     build: Build
     vars: Vars = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _layers(self) -> Image:
-        if len(set(self.layers)) != len(self.layers):
-            raise ValueError("layers lists a layer twice")
-        if len(set(self.profiles)) != len(self.profiles):
-            raise ValueError("profiles lists a profile twice")
-        return self
 
 
 class Common(Model):

@@ -9,6 +9,7 @@ pure-Python parser is five times slower, too slow for large catalogs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,29 @@ _Resolver.yaml_implicit_resolvers = {
 }
 
 
+MAX_INT_DIGITS = 40
+
+
 class _Constructor(SafeConstructor):
+    """Strings for keys, no duplicate keys, and only numbers JSON can carry: the resolved vars
+    are JSON, which has no infinity or NaN, and no catalog number needs 40 digits."""
+
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        digits = sum(c.isdigit() for c in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            raise ConstructorError(
+                None, None, f"a {digits}-digit number is out of range", node.start_mark
+            )
+        return int(super().construct_yaml_int(node))
+
+    def construct_yaml_float(self, node: ScalarNode) -> float:
+        value = float(super().construct_yaml_float(node))
+        if not math.isfinite(value):
+            raise ConstructorError(
+                None, None, f"'{node.value}' is not a finite number", node.start_mark
+            )
+        return value
+
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[object] = set()
         for key_node, _ in node.value:
@@ -49,6 +72,13 @@ class _Constructor(SafeConstructor):
                 raise ConstructorError(None, None, f"duplicate key '{key}'", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+_Constructor.yaml_constructors = {
+    **SafeConstructor.yaml_constructors,
+    "tag:yaml.org,2002:int": _Constructor.construct_yaml_int,
+    "tag:yaml.org,2002:float": _Constructor.construct_yaml_float,
+}
 
 
 class _Loader(CParser, _Constructor, _Resolver):
@@ -118,22 +148,27 @@ def _child(node: Node | None, part: int | str) -> tuple[Node, int] | None:
     return None
 
 
-def read_yaml(path: Path) -> YamlDocument:
-    """Read one catalog file, or raise InputError that says what is wrong and where."""
+def read_bounded(path: Path, limit: int = MAX_FILE_BYTES, what: str = "catalog files") -> bytes:
+    """The file's bytes, read at most `limit` + 1 of them: a pipe or a device (`/dev/zero`)
+    has no size to check first, so the bound holds on what is read."""
     try:
-        size = path.stat().st_size
+        with path.open("rb") as stream:
+            data = stream.read(limit + 1)
     except OSError as exc:
-        raise InputError(f"cannot read the file ({exc.strerror})", file=path) from None
-    if size > MAX_FILE_BYTES:
+        raise InputError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
+    if len(data) > limit:
         raise InputError(
-            f"file is {size} bytes, larger than the {MAX_FILE_BYTES}-byte limit for catalog files",
+            f"larger than the {limit}-byte limit for {what}",
             file=path,
             fix="split it or remove what is not catalog data",
         )
+    return data
+
+
+def read_yaml(path: Path) -> YamlDocument:
+    """Read one catalog file, or raise InputError that says what is wrong and where."""
     try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read the file ({exc.strerror})", file=path) from None
+        text = read_bounded(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 text (byte {exc.start})", file=path) from None
     loader: _Loader | None = None

@@ -14,8 +14,8 @@ from nodeforge.commands.common import (
     checked_target,
     print_report,
 )
-from nodeforge.errors import InputError
 from nodeforge.matrix import HEADERS, support_rows
+from nodeforge.outfile import write_output
 from nodeforge.render import render, to_json
 from nodeforge.table import markdown_table, text_table
 from nodeforge.target import targets
@@ -167,13 +167,7 @@ def render_target(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> in
     if args.output is None:
         out.write(text)
         return EXIT_OK
-    try:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.output.with_name(args.output.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(args.output)
-    except OSError as exc:
-        raise InputError(f"cannot write the output ({exc.strerror})", file=args.output) from None
+    write_output(args.output, text)
     if not args.json:
         print(f"wrote {args.output} ({target.image.name} for {target.profile.name})", file=out)
     return EXIT_OK
