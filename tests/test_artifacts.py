@@ -15,7 +15,7 @@ from nodeforge.artifacts import artifacts_for, check_mirror, fetch_and_verify, f
 from nodeforge.catalog.loader import Catalog
 from nodeforge.catalog.models import Artifact, AwsOfiNccl
 from nodeforge.errors import InputError
-from nodeforge.render import resolve_url
+from nodeforge.mirror import resolve_url
 from nodeforge.target import Target, target_for
 from tests.conftest import with_enroot
 from tests.mirror import Mirror, Served, build_mirror, default_spec, serve

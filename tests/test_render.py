@@ -170,9 +170,12 @@ def test_profile_selection(shipped: Catalog) -> None:
 def test_mode_and_layered_vars_for_the_manifest(shipped: Catalog) -> None:
     doc = _render(shipped, "local-debian13", mode="node")
     assert doc["nodeforge_mode"] == "node"
-    layered = {k: v for k, v in doc.items() if k not in RESERVED_VARS}
-    assert doc["nodeforge"]["vars"] == layered
+    layered = doc["nodeforge"]["vars"]
     assert doc["nodeforge_manifest"]["vars"] == layered
+    # the top level: the layered variables, the role inputs (their own names), the reserved keys
+    assert layered.items() <= doc.items()
+    assert doc["base_mode"] == doc["image_cleanup_mode"] == "node"
+    assert not RESERVED_VARS & layered.keys()
     assert layered["nodeforge_manifest_path"] == "/etc/nodeforge/manifest.json"
     assert "nodeforge_mode" not in doc["nodeforge"]
     assert "nodeforge_mode" not in doc["nodeforge_manifest"]

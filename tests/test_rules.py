@@ -12,7 +12,7 @@ from nodeforge.catalog.compat import KnownBad, KnownBadWhen
 from nodeforge.catalog.loader import Catalog
 from nodeforge.catalog.models import Artifact
 from nodeforge.check import Finding, check_targets
-from nodeforge.rules import RULES
+from nodeforge.rules import LAYER_SECTIONS, RULES
 from nodeforge.target import Target, target_for, targets
 from tests.conftest import with_enroot
 
@@ -313,17 +313,28 @@ def test_fabric_layer(shipped: Catalog) -> None:
 
 def test_container_runtime_layer_needs_the_stack_section(shipped: Catalog) -> None:
     target = target_for(shipped, *B200)
-    assert _errors(target, "container-runtime") == []
+    assert _errors(target, "layer-section") == []
     without = replace(target, stack=_set(target.stack, container_runtime=None))
-    [finding] = _errors(without, "container-runtime")
+    [finding] = _errors(without, "layer-section")
     assert "no container_runtime section" in finding.message
+
+
+@pytest.mark.parametrize("layer", sorted(LAYER_SECTIONS))
+def test_every_layer_with_a_stack_section_needs_it(shipped: Catalog, layer: str) -> None:
+    target = with_enroot(target_for(shipped, *HOPPER))
+    section = LAYER_SECTIONS[layer][0]
+    without = replace(target, stack=_set(target.stack, **{section: None}))
+    [finding] = _errors(without, "layer-section")
+    assert f"enables the {layer} layer" in finding.message and f"no {section} section" in (
+        finding.message
+    )
 
 
 def test_enroot_layer_needs_packages_for_the_image(shipped: Catalog) -> None:
     target = with_enroot(target_for(shipped, *HOPPER))
     assert _errors(target, "enroot") == []
     without = replace(target, stack=_set(target.stack, enroot=None))
-    [finding] = _errors(without, "enroot")
+    [finding] = _errors(without, "layer-section")
     assert "no enroot section" in finding.message
     arm = with_enroot(target_for(shipped, *GB200))  # the stack names x86_64 packages only
     [finding] = _errors(arm, "enroot")

@@ -7,9 +7,10 @@ Layering, lowest first (the last layer that sets a variable wins):
     4. profile  images/profiles/<profile>.yml `vars`
     5. image    images/<image>.yml `vars` (after its `extends` chain)
     6. user     the --vars FILE given to render
-Role variables land at the top level; the catalog facts they derive from sit under the
-reserved key `nodeforge` (with a copy of the layered variables in `nodeforge.vars`), and
-`nodeforge_mode` says image or node.
+The layered variables and every role input of the enabled layers (derived in rolevars.py) land
+at the top level; a layer may not set a derived input. The catalog facts sit under the reserved
+key `nodeforge` (with a copy of the layered variables in `nodeforge.vars`), and `nodeforge_mode`
+says image or node.
 
 The reserved key `nodeforge_manifest` is what the node's manifest holds: the part of
 `nodeforge` that is the same for every profile of the image. One image (one AMI) serves all its
@@ -26,19 +27,22 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError
 
 from nodeforge.catalog.loader import Catalog, input_error_from
 from nodeforge.catalog.models import LAYERS, Model, PlainUrl, Profile, Stack, Vars
-from nodeforge.catalog.placeholders import fill, uses
 from nodeforge.catalog.yamlfile import read_yaml
+from nodeforge.check import check_targets
 from nodeforge.errors import InputError
+from nodeforge.mirror import resolve_url
+from nodeforge.rolevars import Context, derived_var_problem, role_inputs
+from nodeforge.rules import RULES
 from nodeforge.target import Target
 
 # 2: the image-level manifest (`nodeforge_manifest`) joined the resolved vars.
-SCHEMA_VERSION = 2
+# 3: every role input is derived here (rolevars.py); compat's driver/CUDA table left the facts.
+SCHEMA_VERSION = 3
 RESERVED_VARS = frozenset({"nodeforge", "nodeforge_manifest", "nodeforge_mode"})
 Mode = Literal["image", "node"]
 _DEB_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
@@ -99,29 +103,6 @@ def _relative(path: Path, root: Path) -> str:
     if absolute.is_relative_to(catalog):
         return str(absolute.relative_to(catalog.parent))
     return path.name
-
-
-def resolve_url(url: str, target: Target, mirror: str | None) -> str | None:
-    """Fill the URL's placeholders for the target and point it at the mirror when one is set.
-
-    None when the URL needs an NVIDIA repository the OS does not have.
-    """
-    os_arch = target.os_arch
-    nvidia_repo = os_arch.nvidia_repo if os_arch is not None else None
-    if uses(url, "nvidia_repo") and nvidia_repo is None:
-        return None
-    resolved = fill(
-        url,
-        {
-            "nvidia_repo": nvidia_repo or "",
-            "arch": target.image.arch,
-            "deb_arch": _DEB_ARCH[target.image.arch],
-        },
-    )
-    if mirror is None:
-        return resolved
-    parts = urlsplit(resolved)
-    return f"{mirror.rstrip('/')}/{parts.netloc}{parts.path}"
 
 
 def _stack_document(stack: Stack, target: Target, mirror: str | None) -> dict[str, Any]:
@@ -216,22 +197,72 @@ def render(
 ) -> dict[str, Any]:
     overrides = overrides or UserOverrides()
     layered, layering = _layered(catalog, target, target.profile, overrides, overrides_path)
+    manifest = manifest_document(
+        catalog, target, overrides=overrides, overrides_path=overrides_path
+    )
+    context = Context(
+        target, mode, catalog.root, overrides.mirror, manifest, refusals=_refusals(target)
+    )
+    inputs = role_inputs(context)
+    _refuse_derived(
+        _layers(catalog, target, target.profile, overrides, overrides_path),
+        {name: owner for name, (_, owner) in inputs.items()},
+    )
     return {
         **layered,
+        **{name: value for name, (value, _) in inputs.items()},
         "nodeforge": {
             **_image_facts(catalog, target, overrides.mirror),
             "profile": target.profile.model_dump(mode="json", exclude={"vars", "sources"}),
             "driver_flavour": target.driver_flavour(),
-            # compat.yml's branch -> newest CUDA table, for the driver role's preflight
-            "driver_cuda": [row.model_dump(mode="json") for row in catalog.compat.driver_cuda],
+            "roles": play_order(target, mode),
             "layering": layering,
             "vars": dict(layered),
         },
-        "nodeforge_manifest": manifest_document(
-            catalog, target, overrides=overrides, overrides_path=overrides_path
-        ),
+        "nodeforge_manifest": manifest,
         "nodeforge_mode": mode,
     }
+
+
+def play_order(target: Target, mode: Mode) -> list[str]:
+    """The roles the playbooks apply, in order: the enabled layers in the catalog's order, the
+    manifest once everything is installed, and image cleanup last (images only: it wipes a
+    node's identity)."""
+    enabled = [layer for layer in LAYERS if target.layer(layer) and layer != "image_cleanup"]
+    cleanup = ["image_cleanup"] if mode == "image" and target.layer("image_cleanup") else []
+    return [*enabled, "manifest", *cleanup]
+
+
+def _refusals(target: Target) -> dict[str, list[str]]:
+    """The rules' errors by the layer they belong to, in the words of `nodeforge check`: empty
+    for a target that passed it, and what the roles refuse when vars were made by other means."""
+    layers = {rule.id: rule.layer for rule in RULES}
+    refusals: dict[str, list[str]] = {}
+    for finding in check_targets([target], allow_unverified=True).errors:
+        layer = layers[finding.rule]
+        if layer is not None:
+            refusals.setdefault(layer, []).append(
+                f"[{finding.rule}] {finding.message}. Fix: {finding.fix}."
+            )
+    return refusals
+
+
+def _refuse_derived(
+    layers: Iterable[tuple[str, Path, dict[str, Any]]], owners: dict[str, str]
+) -> None:
+    """A layer's `vars:` may not set a role input the catalog derives (rule derived-vars
+    reports the catalog's own layers in `check`; this also covers common.yml and --vars)."""
+    for _, path, layer_vars in layers:
+        clash = sorted(owners.keys() & layer_vars.keys())
+        if clash:
+            message, fix = derived_var_problem(clash[0], owners[clash[0]])
+            raise InputError(
+                message,
+                file=path,
+                field=f"vars.{clash[0]}",
+                line=read_yaml(path).line_of(("vars", clash[0])),
+                fix=fix,
+            )
 
 
 def to_json(document: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from nodeforge.catalog.compat import EfaOs
+from nodeforge.rolevars import Context, derived_var_problem, role_inputs
 from nodeforge.target import Target
 from nodeforge.versions import Version
 
@@ -311,24 +312,31 @@ def _fabric_layer(t: Target) -> Iterator[Problem]:
         )
 
 
-def _container_runtime(t: Target) -> Iterator[Problem]:
-    if t.stack.container_runtime is None:
-        yield Problem(
-            f"the image enables the container_runtime layer but stack {t.stack.name} has no "
-            "container_runtime section (engine, NVIDIA container toolkit version)",
-            "add container_runtime to the stack, or remove the layer from the image",
-        )
+# The stack section each layer installs from; an image that enables the layer needs it.
+LAYER_SECTIONS: dict[str, tuple[str, str]] = {
+    "gdrcopy": ("gdrcopy", "version and source artifact"),
+    "efa": ("efa", "installer version and artifact"),
+    "aws_ofi_nccl": ("aws_ofi_nccl", "version and source"),
+    "python_ml": ("frameworks", "Python, PyTorch and the environments with their locks"),
+    "container_runtime": ("container_runtime", "engine, NVIDIA container toolkit version"),
+    "enroot": ("enroot", "enroot version and release packages, pyxis"),
+}
+
+
+def _layer_section(t: Target) -> Iterator[Problem]:
+    for layer, (section, what) in LAYER_SECTIONS.items():
+        if t.layer(layer) and getattr(t.stack, section) is None:
+            yield Problem(
+                f"the image enables the {layer} layer but stack {t.stack.name} has no "
+                f"{section} section ({what})",
+                f"add {section} to the stack, or remove the layer from the image",
+            )
 
 
 def _enroot(t: Target) -> Iterator[Problem]:
     enroot = t.stack.enroot
     if enroot is None:
-        yield Problem(
-            f"the image enables the enroot layer but stack {t.stack.name} has no enroot "
-            "section (enroot version and release packages, pyxis)",
-            "add enroot to the stack, or remove the layer from the image",
-        )
-        return
+        return  # rule layer-section
     if t.image.arch not in enroot.packages:
         yield Problem(
             f"stack {t.stack.name} names no enroot packages for {t.image.arch}",
@@ -364,6 +372,14 @@ def _known_bad(t: Target) -> Iterator[Problem]:
             and (when.layer is None or t.layer(when.layer))
         ):
             yield Problem(f"{bad.message} [{bad.id}; {bad.source}]", bad.fix)
+
+
+def _derived_vars(t: Target) -> Iterator[Problem]:
+    owners = {name: owner for name, (_, owner) in role_inputs(Context(t)).items()}
+    for entry in (t.os, t.stack, t.profile, t.image):
+        for name in sorted(owners.keys() & entry.vars.keys()):
+            message, fix = derived_var_problem(name, owners[name])
+            yield Problem(f"{entry.name}: {message}", fix)
 
 
 def _artifacts(t: Target) -> Iterator[Problem]:
@@ -410,14 +426,10 @@ RULES: tuple[Rule, ...] = (
         "nvidia_fabric",
     ),
     Rule("fabric-layer", "NVSwitch / IMEX profiles get the nvidia_fabric layer", _fabric_layer),
-    Rule(
-        "container-runtime",
-        "the container_runtime layer has a stack section",
-        _container_runtime,
-        "container_runtime",
-    ),
+    Rule("layer-section", "every enabled layer has its stack section", _layer_section),
     Rule("enroot", "the enroot layer has packages for the image", _enroot, "enroot"),
     Rule("dnf-layers", "on a dnf OS, only layers that have a dnf path", _dnf_layers),
     Rule("known-bad", "no combination listed in compat.yml known_bad", _known_bad),
+    Rule("derived-vars", "no layer's vars set a role input the catalog derives", _derived_vars),
     Rule("artifact-unverified", "every artifact has a sha256 or a GPG fingerprint", _artifacts),
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -12,22 +12,6 @@ from nodeforge.versions import Version
 
 Arch = Literal["x86_64", "arm64"]
 Unknown = Literal["unknown"]
-
-LAYERS: tuple[str, ...] = (
-    "base",
-    "nvidia_driver",
-    "nvidia_fabric",
-    "cuda_toolkit",
-    "gdrcopy",
-    "efa",
-    "aws_ofi_nccl",
-    "nccl",
-    "python_ml",
-    "container_runtime",
-    "enroot",
-    "image_cleanup",
-)
-"""Every layer, in the order `playbooks/image.yml` applies them."""
 
 Layer = Literal[
     "base",
@@ -43,6 +27,11 @@ Layer = Literal[
     "enroot",
     "image_cleanup",
 ]
+"""Every layer, in the order the playbooks apply them (`nodeforge.roles` of the resolved vars).
+Adding one: this entry, its role and Molecule scenario, rolevars.LAYER_INPUTS, its validation
+file and its README row."""
+
+LAYERS: tuple[Layer, ...] = get_args(Layer)
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _VAR_NAME = re.compile(r"^[a-z][a-z0-9_]{0,127}$")

@@ -21,7 +21,8 @@ from nodeforge.errors import InputError
 from nodeforge.local import podman
 from nodeforge.local.baseimage import ensure_base_image
 from nodeforge.local.playbook import PlaybookResult, Progress, run_playbook
-from nodeforge.render import UserOverrides, render, resolve_url, to_json
+from nodeforge.mirror import resolve_url
+from nodeforge.render import UserOverrides, render, to_json
 from nodeforge.target import Target
 from nodeforge.validate import run_validation
 
