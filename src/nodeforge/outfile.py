@@ -1,4 +1,5 @@
-"""Files that commands write for the user (`-o FILE`, vars and locks in a work dir).
+"""Files and folders that commands write for the user (`-o FILE`, vars, locks and reports in a
+work dir).
 
 Written only as regular files: the text goes to a new file beside the target and is renamed
 over it, so a reader sees the old file or the whole new one. A path that names anything but a
@@ -27,13 +28,30 @@ _KINDS = (
 )
 
 
+def output_folder(path: Path) -> Path:
+    """`path` as a folder for a command's output (made with its parents), or InputError naming
+    it: a file or an unwritable place in the way is the user's to move, not a traceback."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise InputError(
+            "is not a folder; the command writes its reports and logs there",
+            file=path,
+            fix="name a folder (or a place for a new one), e.g. --work-dir build/NAME",
+        ) from None
+    except OSError as exc:
+        raise InputError(
+            f"cannot create the folder ({exc.strerror or exc})",
+            file=path,
+            fix="choose a writable place for it",
+        ) from None
+    return path
+
+
 def write_output(path: Path, text: str) -> None:
     """Write `text` to `path` atomically, or raise InputError naming the path and the fix."""
     _refuse_non_regular(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _cannot_write(path, exc) from None
+    output_folder(path.parent)
     part = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
     try:
         # 0o666 less the umask, as a plain open() would create it

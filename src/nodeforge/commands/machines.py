@@ -9,7 +9,9 @@ from typing import TextIO
 from nodeforge.catalog.loader import Catalog
 from nodeforge.commands import ami
 from nodeforge.commands.common import EXIT_OK, EXIT_VIOLATIONS, checked_target, stderr_progress
+from nodeforge.hosts import check_hosts
 from nodeforge.local.build import build_local
+from nodeforge.outfile import output_folder, write_output
 from nodeforge.paths import REPO_ROOT
 from nodeforge.render import render, to_json
 from nodeforge.table import text_table
@@ -67,11 +69,11 @@ def validate(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     if checked is None:
         return EXIT_VIOLATIONS
     target, overrides = checked
-    report_dir = args.report_dir or Path("build") / target.image.name / "validate"
-    report_dir.mkdir(parents=True, exist_ok=True)
+    check_hosts(args.hosts)
+    report_dir = output_folder(args.report_dir or Path("build") / target.image.name / "validate")
     vars_path = report_dir / "vars.json"
     document = render(catalog, target, overrides=overrides, overrides_path=args.vars)
-    vars_path.write_text(to_json(document), encoding="utf-8")
+    write_output(vars_path, to_json(document))
     run = run_validation(
         hosts=args.hosts,
         vars_path=vars_path,

@@ -22,6 +22,7 @@ from nodeforge.local import podman
 from nodeforge.local.baseimage import ensure_base_image
 from nodeforge.local.playbook import PlaybookResult, Progress, run_playbook
 from nodeforge.mirror import resolve_url
+from nodeforge.outfile import output_folder, write_output
 from nodeforge.render import UserOverrides, render, to_json
 from nodeforge.target import Target
 from nodeforge.validate import run_validation
@@ -83,12 +84,12 @@ def build_local(
 ) -> BuildSummary:
     started = time.monotonic()
     suite = base_suite(target)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    output_folder(work_dir)
     document = render(
         catalog, target, mode="image", overrides=overrides, overrides_path=overrides_path
     )
     vars_path = work_dir / "vars.json"
-    vars_path.write_text(to_json(document), encoding="utf-8")
+    write_output(vars_path, to_json(document))
     _preflight_downloads(target, document, work_dir / "artifacts", progress)
 
     podman.podman_path()
