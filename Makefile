@@ -43,6 +43,7 @@ lint: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
 
 bench: $(STAMP) podman
+	$(BIN)/python benchmarks/bench_startup.py
 	$(BIN)/python benchmarks/bench_check.py
 	$(BIN)/python benchmarks/bench_local_build.py
 

@@ -2,32 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nodeforge.probes import held_packages, package_version
+from tests.canned import CannedHost
 
 DEBIAN = "debian"
 # the AL2023 stand-in's os-release: ID amzn, ID_LIKE fedora
 AMAZON = "amzn fedora"
-
-
-@dataclass
-class _Result:
-    rc: int
-    stdout: str
-    stderr: str = ""
-
-
-class _Host:
-    """Answers os-release and one other command with canned output."""
-
-    def __init__(self, release: str, command: str, stdout: str) -> None:
-        self.answers = {'. /etc/os-release && echo "$ID $ID_LIKE"': release, command: stdout}
-
-    def run(self, command: str, *args: str) -> _Result:
-        full = command % args if args else command
-        assert full in self.answers, full
-        return _Result(0, self.answers[full])
 
 
 def test_held_packages_drop_the_architecture() -> None:
@@ -36,7 +16,7 @@ def test_held_packages_drop_the_architecture() -> None:
         "linux-image-cloud-amd64\t\t\t\thold\n"
         "nvidia-smi\t\t\t\t\tinstall\n"
     )
-    host = _Host(DEBIAN, "dpkg --get-selections", selections)
+    host = CannedHost({"dpkg --get-selections": selections}, DEBIAN)
     assert held_packages(host) == {"libcuda1", "linux-image-cloud-amd64"}
 
 
@@ -48,7 +28,7 @@ def test_held_packages_on_dnf_are_the_version_locks() -> None:
         "cuda-toolkit-12-9-0:12.9.1-1.*\n"
         "nvlsm-2025.06.10-1.*\n"
     )
-    host = _Host(AMAZON, "dnf --quiet versionlock list", locks)
+    host = CannedHost({"dnf --quiet versionlock list": locks}, AMAZON)
     assert held_packages(host) == {
         "nvidia-driver-cuda",
         "kmod-nvidia-open-dkms",
@@ -58,9 +38,10 @@ def test_held_packages_on_dnf_are_the_version_locks() -> None:
 
 
 def test_package_version_on_rpm_is_version_release() -> None:
-    host = _Host(
+    host = CannedHost(
+        {
+            "rpm --query --queryformat '%{VERSION}-%{RELEASE}' nvidia-imex": "580.95.05-1.amzn2023",
+        },
         AMAZON,
-        "rpm --query --queryformat '%{VERSION}-%{RELEASE}' nvidia-imex",
-        "580.95.05-1.amzn2023",
     )
     assert package_version(host, "nvidia-imex") == "580.95.05-1.amzn2023"

@@ -4,20 +4,32 @@ Run against any testinfra host:
     pytest validation --hosts podman://CONTAINER --nodeforge-vars vars.json --stage build
     pytest validation --hosts ssh://node --nodeforge-vars vars.json --stage target
 The expected values come from `--nodeforge-vars` (`nodeforge render`), never from the node.
+
+A check that has nothing to verify on this target skips through `not_applicable()` (a disabled
+layer, the other stage, a capability the build stage lacks by definition, a component the stack
+or profile does not have); any other skip leaves a required check not run, and the run fails
+(nodeforge.report).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nodeforge.acceptance import Verdict, baseline_verdict
 from nodeforge.nccl_launch import LAUNCHERS
 from nodeforge.probes import local_fact
+from nodeforge.report import not_applicable
+from nodeforge.validate import UNJUDGED
 
+# Also when pytest runs the suite by hand: without the plugin a skip would read as a pass.
+pytest_plugins = ("nodeforge.report",)
 CAPABILITIES = ("gpu", "nvswitch", "efa", "multinode")
+Judge = Callable[[str, Sequence[float]], list[Verdict]]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -71,6 +83,33 @@ def nodeforge(resolved: dict[str, Any]) -> dict[str, Any]:
     return section
 
 
+@pytest.fixture
+def judge(nodeforge: dict[str, Any], record_property: Any) -> Judge:
+    """Verdicts of measurements against the profile's baseline NAME. A baseline nobody has
+    measured (`status: unknown`, no value) judges nothing: the measurements are recorded as
+    unjudged, under the baseline's and the profile's names, for the report to list."""
+
+    def verdicts(name: str, measured: Sequence[float]) -> list[Verdict]:
+        profile = nodeforge["profile"]
+        baseline = profile["baselines"][name]
+        found = [baseline_verdict(value, baseline) for value in measured]
+        if baseline.get("value") is None:
+            record_property(
+                UNJUDGED,
+                {
+                    "baseline": name,
+                    "profile": profile["name"],
+                    "status": baseline.get("status"),
+                    "measured": list(measured),
+                    "unit": baseline.get("unit"),
+                    "note": baseline.get("note"),
+                },
+            )
+        return found
+
+    return verdicts
+
+
 @pytest.fixture(autouse=True)
 def _record_host(request: pytest.FixtureRequest, record_property: Any) -> None:
     """Which node a verdict is about, for the JSON report (nodeforge.report)."""
@@ -84,15 +123,15 @@ def _layer_and_capabilities(
 ) -> None:
     layer = request.node.get_closest_marker("layer")
     if layer is not None and not nodeforge["layers"].get(layer.args[0], False):
-        pytest.skip(f"layer {layer.args[0]} is not enabled in image {nodeforge['image']}")
+        not_applicable(f"layer {layer.args[0]} is not enabled in image {nodeforge['image']}")
     only = request.node.get_closest_marker("stage")
     if only is not None and only.args[0] != request.config.getoption("--stage"):
-        pytest.skip(f"{only.args[0]} stage only")
+        not_applicable(f"{only.args[0]} stage only")
     needed = [c for c in CAPABILITIES if request.node.get_closest_marker(c)]
     if not needed:
         return
     if request.config.getoption("--stage") == "build":
-        pytest.skip(f"build stage: needs {', '.join(needed)} hardware")
+        not_applicable(f"build stage: needs {', '.join(needed)} hardware")
     missing = missing_capabilities(request, needed)
     if missing:
         pytest.fail(f"target stage: missing capability {'; '.join(missing)}", pytrace=False)

@@ -4,7 +4,8 @@ version, held; the unit that writes the CDI spec at boot enabled behind the GPU 
 stage the spec is there and names every GPU of the profile.
 
 The expected engine and version come from the stack's `container_runtime` section
-(`{engine, toolkit_version}`); a stack without one skips these checks with that reason."""
+(`{engine, toolkit_version}`); a stack without one leaves these checks not run, with that
+reason (`nodeforge check` refuses an image that enables the layer on such a stack)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ ENGINES = {
     "containerd": ("containerd", "containerd.service"),
     "docker": ("docker.io", "docker.service"),
 }
-GATE = "/usr/local/libexec/nodeforge/gpu-gate"
+GATE = "/usr/local/libexec/nodeforge/hardware-gate"
 SPEC = "/var/run/cdi/nvidia.yaml"
 RUNTIME = "/usr/bin/nvidia-container-runtime"
 
@@ -119,7 +120,7 @@ def test_cdi_spec_names_every_gpu(
     expected = int(nodeforge["profile"]["gpu"]["count"])
     text = file_text(host, SPEC)
     if text is None:
-        gate = host.run("%s", GATE).stdout.strip()
+        gate = host.run("%s gpu", GATE).stdout.strip()
         journal = host.run("journalctl -u %s -b -n 10 --no-pager", unit).stdout
         pytest.fail(f"{SPEC} is missing; gate: {gate}; {unit}: {journal}", pytrace=False)
     spec = yaml.safe_load(text)

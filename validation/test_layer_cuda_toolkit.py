@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from nodeforge.probes import held_packages, loader_paths, package_status, package_version
+from nodeforge.report import not_applicable
 from nodeforge.versions import Version
 
 pytestmark = pytest.mark.layer("cuda_toolkit")
@@ -92,7 +93,7 @@ def test_nvcc_on_a_login_shell_path(
 def test_libcudart_from_the_default(host: Any, nodeforge: dict[str, Any]) -> None:
     cuda = _cuda(nodeforge)
     if cuda["source"] == "distro":
-        pytest.skip("Debian's libcudart lives in the multiarch folder, one toolkit only")
+        not_applicable("Debian's libcudart lives in the multiarch folder, one toolkit only")
     soname = f"libcudart.so.{cuda['default'].split('.')[0]}"
     listed = loader_paths(host, soname)
     assert listed, f"{soname} is not in the linker cache"
@@ -105,7 +106,7 @@ def test_cudnn_at_the_stack_version(
 ) -> None:
     cuda = _cuda(nodeforge)
     if not cuda.get("cudnn"):
-        pytest.skip(f"stack {nodeforge['stack']['name']} installs no cuDNN")
+        not_applicable(f"stack {nodeforge['stack']['name']} installs no cuDNN")
     declared = cuda["cudnn"]
     major = declared.split(".")[0]
     listed = loader_paths(host, f"libcudnn.so.{major}")

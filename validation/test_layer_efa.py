@@ -10,6 +10,7 @@ import pytest
 
 from nodeforge.parsers.fi_info import NoFabricDataError, parse_fi_info
 from nodeforge.probes import file_text, held_packages, package_status
+from nodeforge.report import not_applicable
 
 pytestmark = pytest.mark.layer("efa")
 FI_INFO = "/opt/amazon/efa/bin/fi_info"
@@ -63,7 +64,7 @@ def test_every_efa_interface_seen(
 @pytest.mark.stage("target")
 def test_gpudirect_rdma_possible(host: Any, nodeforge: dict[str, Any]) -> None:
     if nodeforge["profile"]["network"]["gpudirect_rdma"] != "required":
-        pytest.skip(f"{nodeforge['profile']['name']} does not require GPUDirect RDMA")
+        not_applicable(f"{nodeforge['profile']['name']} does not require GPUDirect RDMA")
     # FI_HMEM: the provider can register device (CUDA) memory, which is what GDR needs
     listing = host.run("%s -p efa -t FI_EP_RDM -c FI_HMEM", FI_INFO)
     try:

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from nodeforge.probes import file_text, held_packages, package_status, package_version
+from nodeforge.report import not_applicable
 
 pytestmark = pytest.mark.layer("enroot")
 DEB_NAME = re.compile(r"^(?P<package>[^_/]+)_(?P<version>[^_/]+)_(?P<arch>[^_/]+)\.deb$")
@@ -57,7 +58,7 @@ def _packages(nodeforge: dict[str, Any]) -> dict[str, str]:
 def _pyxis(nodeforge: dict[str, Any]) -> dict[str, Any]:
     pyxis: dict[str, Any] | None = _enroot(nodeforge).get("pyxis")
     if pyxis is None:
-        pytest.skip(f"stack {nodeforge['stack']['name']} builds no pyxis")
+        not_applicable(f"stack {nodeforge['stack']['name']} builds no pyxis")
     return pyxis
 
 

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from nodeforge.probes import unit_state
+from nodeforge.report import not_applicable
 
 pytestmark = pytest.mark.layer("gdrcopy")
 UNIT = "gdrcopy.service"
-GATE = "/usr/local/libexec/nodeforge/gdrcopy-gpu-gate"
+GATE = "/usr/local/libexec/nodeforge/hardware-gate"
 DEVICE = "/dev/gdrdrv"
 RUNTIME_VERSION = (
     "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); a, b = ctypes.c_int(), ctypes.c_int(); "
@@ -68,7 +69,7 @@ def test_tools_link_that_library(
     host: Any, nodeforge: dict[str, Any], resolved: dict[str, Any]
 ) -> None:
     if resolved.get("gdrcopy_tools") is False:
-        pytest.skip("the image builds no GDRCopy tools (gdrcopy_tools: false)")
+        not_applicable("the image builds no GDRCopy tools (gdrcopy_tools: false)")
     soname = _soname(_version(nodeforge))
     prefix = _prefix(resolved)
     linked = host.run("ldd %s", f"{prefix}/bin/gdrcopy_sanity")
@@ -121,7 +122,7 @@ def test_not_started_at_build(host: Any) -> None:
 def test_gdrdrv_loaded_and_device_ready(host: Any, nodeforge: dict[str, Any]) -> None:
     version = _version(nodeforge)
     state = host.run("systemctl is-active %s", UNIT).stdout.strip()
-    gate = host.run("%s", GATE).stdout.strip()
+    gate = host.run("%s gpu", GATE).stdout.strip()
     assert state == "active", f"{UNIT} is {state}; the gate said: {gate}"
     device = host.file(DEVICE)
     assert device.exists and device.is_character_device, f"{DEVICE} is missing"

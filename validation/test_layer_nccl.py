@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from nodeforge.probes import file_text, held_packages, package_version
+from nodeforge.report import not_applicable
 
 pytestmark = pytest.mark.layer("nccl")
 PACKAGES = ("libnccl2", "libnccl-dev")
@@ -54,7 +55,7 @@ def test_programs_load_the_stacks_nccl(host: Any, nodeforge: dict[str, Any]) -> 
 
 def test_plugin_resolves_beside_nccl(host: Any, nodeforge: dict[str, Any]) -> None:
     if not nodeforge["layers"]["aws_ofi_nccl"]:
-        pytest.skip(f"layer aws_ofi_nccl is not enabled in image {nodeforge['image']}")
+        not_applicable(f"layer aws_ofi_nccl is not enabled in image {nodeforge['image']}")
     cache = host.run("ldconfig -p").stdout
     assert f"{NCCL_SONAME} (" in cache
     assert "libnccl-net-ofi.so (" in cache
@@ -64,7 +65,7 @@ class TestNcclTests:
     @pytest.fixture(autouse=True)
     def _tests_enabled(self, nodeforge: dict[str, Any]) -> None:
         if nodeforge["stack"]["nccl"].get("tests_artifact") is None:
-            pytest.skip(f"stack {nodeforge['stack']['name']} builds no nccl-tests")
+            not_applicable(f"stack {nodeforge['stack']['name']} builds no nccl-tests")
 
     def test_built_from_the_stacks_release(
         self, host: Any, nodeforge: dict[str, Any], resolved: dict[str, Any]

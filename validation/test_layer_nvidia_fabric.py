@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from nodeforge.probes import held_packages, package_status, package_version, unit_state
+from nodeforge.report import not_applicable
 
 pytestmark = pytest.mark.layer("nvidia_fabric")
 GATE = "/usr/local/libexec/nodeforge/hardware-gate"
@@ -28,7 +29,7 @@ def _driver_versioned(nodeforge: dict[str, Any]) -> list[str]:
     """The packages that follow the driver's version, by the names the repository derives."""
     names = nodeforge.get("fabric_packages")
     if names is None:
-        pytest.skip(f"no fabric package names for {nodeforge['os']['name']} (compat.yml)")
+        not_applicable(f"no fabric package names for {nodeforge['os']['name']} (compat.yml)")
     interconnect = _interconnect(nodeforge)
     branch = int(nodeforge["stack"]["driver"]["branch"])
     packages = []
@@ -44,7 +45,7 @@ def _driver_versioned(nodeforge: dict[str, Any]) -> list[str]:
 def _units(nodeforge: dict[str, Any]) -> dict[str, str]:
     """Each unit the profile needs, with the gate check that decides its start."""
     interconnect = _interconnect(nodeforge)
-    units = {PERSISTENCED: "persistenced"}
+    units = {PERSISTENCED: "gpu"}
     if interconnect["fabric_manager"]:
         units[FABRIC_MANAGER] = "fabricmanager"
     if interconnect["imex"]:
@@ -75,7 +76,7 @@ def test_packages_held(host: Any, nodeforge: dict[str, Any]) -> None:
 
 def test_nvlsm_prerequisites(host: Any, nodeforge: dict[str, Any]) -> None:
     if not _interconnect(nodeforge)["nvlsm"]:
-        pytest.skip(f"{nodeforge['profile']['name']} runs no NVLSM")
+        not_applicable(f"{nodeforge['profile']['name']} runs no NVLSM")
     assert package_status(host, "nvlsm") == "installed"
     # fabric manager's start script calls ibstat; NVLSM talks through ib_umad
     assert host.run("command -v ibstat").rc == 0, "ibstat (infiniband-diags) is missing"
@@ -115,7 +116,7 @@ def _active(host: Any, unit: str, check: str) -> None:
 @pytest.mark.stage("target")
 def test_fabric_manager_active(host: Any, nodeforge: dict[str, Any]) -> None:
     if not _interconnect(nodeforge)["fabric_manager"]:
-        pytest.skip(f"{nodeforge['profile']['name']} has no host fabric manager")
+        not_applicable(f"{nodeforge['profile']['name']} has no host fabric manager")
     _active(host, FABRIC_MANAGER, "fabricmanager")
 
 
@@ -123,7 +124,7 @@ def test_fabric_manager_active(host: Any, nodeforge: dict[str, Any]) -> None:
 @pytest.mark.stage("target")
 def test_nvlsm_running(host: Any, nodeforge: dict[str, Any]) -> None:
     if not _interconnect(nodeforge)["nvlsm"]:
-        pytest.skip(f"{nodeforge['profile']['name']} runs no NVLSM")
+        not_applicable(f"{nodeforge['profile']['name']} runs no NVLSM")
     gate = host.run("%s nvlsm", GATE)
     assert gate.rc == 0, f"no NVLink 5 switch management bridge seen: {gate.stdout.strip()}"
     # fabric manager's start script launches NVLSM and records its pid
@@ -136,13 +137,13 @@ def test_nvlsm_running(host: Any, nodeforge: dict[str, Any]) -> None:
 @pytest.mark.stage("target")
 def test_imex_active(host: Any, nodeforge: dict[str, Any]) -> None:
     if not _interconnect(nodeforge)["imex"]:
-        pytest.skip(f"{nodeforge['profile']['name']} runs no IMEX")
+        not_applicable(f"{nodeforge['profile']['name']} runs no IMEX")
     _active(host, IMEX, "imex")
 
 
 @pytest.mark.gpu
 @pytest.mark.stage("target")
 def test_persistenced_active(host: Any) -> None:
-    _active(host, PERSISTENCED, "persistenced")
+    _active(host, PERSISTENCED, "gpu")
     modes = host.run("nvidia-smi --query-gpu=persistence_mode --format=csv,noheader").stdout
     assert modes.split() and set(modes.split()) == {"Enabled"}, modes

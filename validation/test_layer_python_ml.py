@@ -7,6 +7,7 @@ resolved vars), never the copy the role leaves beside an environment.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -14,7 +15,8 @@ import pytest
 from nodeforge.catalog.models import Framework
 from nodeforge.lock import FRAMEWORK_DISTRIBUTIONS, Lock, canonical, read_lock, variant_cuda
 from nodeforge.paths import SHIPPED_CATALOG
-from nodeforge.probes import framework_report, package_version, run_python
+from nodeforge.probes import framework_report, run_python
+from nodeforge.report import not_applicable
 
 pytestmark = pytest.mark.layer("python_ml")
 DEFAULT_PREFIX = "/opt/nodeforge/envs"
@@ -111,26 +113,29 @@ def test_torch_variant_is_the_stack_s(
         assert found["torch.version.cuda"] == variant_cuda(variant), name
 
 
-def test_torch_nccl_beside_the_system_nccl(
-    host: Any,
-    reports: dict[str, tuple[dict[str, Any], Lock]],
-    nodeforge: dict[str, Any],
-    record_property: Any,
+def _locked_nccl(name: str, lock: Lock) -> str | None:
+    """The NCCL torch loads: its wheel's nvidia-nccl-cuXX from the lock, at the CUDA major of the
+    lock's torch variant (x.y.z, as torch.cuda.nccl.version() gives it); None for a CPU torch."""
+    cuda = variant_cuda(lock.header.torch_variant)
+    if cuda is None:
+        return None
+    distribution = f"nvidia-nccl-cu{cuda.split('.')[0]}"
+    version = lock.versions().get(distribution, "")
+    release = re.match(r"\d+\.\d+\.\d+", version)
+    assert release, f"{name}: the lock has no {distribution} for torch {lock.header.torch_variant}"
+    return release.group(0)
+
+
+def test_torch_carries_the_locked_nccl(
+    reports: dict[str, tuple[dict[str, Any], Lock]], record_property: Any
 ) -> None:
-    # Recorded, not judged: each torch wheel carries its own NCCL, which may differ from the
-    # system's (the one nccl-tests and the EFA plugin are built against).
-    record_property(
-        "system_nccl",
-        {
-            "declared": nodeforge["stack"]["nccl"]["version"],
-            "libnccl2": package_version(host, "libnccl2"),
-        },
-    )
-    record_property(
-        "torch_nccl", {n: found["torch.cuda.nccl"] for n, (found, _) in reports.items()}
-    )
-    if all(found["torch.cuda.nccl"] is None for found, _ in reports.values()):
-        pytest.skip("CPU torch: no NCCL to record")
+    # torch loads its wheel's NCCL, which may differ from the system's libnccl2 (the one
+    # nccl-tests and the EFA plugin use, judged by test_layer_nccl.py against the stack).
+    declared = {name: _locked_nccl(name, lock) for name, (_, lock) in reports.items()}
+    actual = {name: found["torch.cuda.nccl"] for name, (found, _) in reports.items()}
+    record_property("declared", declared)
+    record_property("actual", actual)
+    assert actual == declared
 
 
 @pytest.mark.gpu
@@ -167,7 +172,7 @@ def test_vllm_runs_in_the_serving_environment(
 ) -> None:
     serving = [n for n, e in _environments(nodeforge).items() if "vllm" in e["frameworks"]]
     if not serving:
-        pytest.skip("the stack has no environment with vLLM")
+        not_applicable("the stack has no environment with vLLM")
     for name in serving:
         run = host.run(f"{_prefix(resolved)}/{name}/bin/vllm --version")
         declared = nodeforge["stack"]["frameworks"]["vllm"]["version"]

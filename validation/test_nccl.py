@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from nodeforge.acceptance import baseline_verdict, message_bytes, nccl_path_problems
+from nodeforge.acceptance import message_bytes, nccl_path_problems
 from nodeforge.nccl_launch import launch_line, parse_env_file
 from nodeforge.parsers.nccl_tests import busbw_at, parse_nccl_debug, parse_nccl_tests
 from nodeforge.probes import file_text
+from nodeforge.report import not_applicable
 
 pytestmark = [pytest.mark.gpu, pytest.mark.layer("nccl"), pytest.mark.stage("target")]
 NCCL_ENV = "/etc/nodeforge/nccl.env"
@@ -26,14 +27,21 @@ def _binary(resolved: dict[str, Any]) -> str:
 
 
 def _judge(
-    output: str, baseline: dict[str, Any], record_property: Any, *, expect_efa: bool, gdr: bool
+    output: str,
+    name: str,
+    size: int,
+    judge: Any,
+    record_property: Any,
+    *,
+    expect_efa: bool,
+    gdr: bool,
 ) -> None:
     result = parse_nccl_tests(output)
     path = parse_nccl_debug(output)
     assert result.passed, (
         f"all_reduce_perf reported wrong values (out of bounds {result.out_of_bounds})"
     )
-    verdict = baseline_verdict(busbw_at(result, message_bytes(baseline["message_size"])), baseline)
+    (verdict,) = judge(name, [busbw_at(result, size)])
     record_property("busbw", verdict.properties())
     record_property("nccl_version", path.nccl_version)
     record_property("network", path.network)
@@ -42,10 +50,15 @@ def _judge(
 
 
 def test_single_node_all_reduce(
-    host: Any, resolved: dict[str, Any], nodeforge: dict[str, Any], record_property: Any
+    host: Any,
+    resolved: dict[str, Any],
+    nodeforge: dict[str, Any],
+    judge: Any,
+    record_property: Any,
 ) -> None:
     profile = nodeforge["profile"]
-    baseline = profile["baselines"]["nccl_all_reduce_single_node"]
+    name = "nccl_all_reduce_single_node"
+    baseline = profile["baselines"][name]
     size = message_bytes(baseline["message_size"])
     run = host.run(
         "NCCL_DEBUG=INFO %s -b %s -e %s -g %s -c 1 -n 20",
@@ -55,7 +68,7 @@ def test_single_node_all_reduce(
         str(profile["gpu"]["count"]),
     )
     assert run.rc == 0, run.stderr
-    _judge(run.stdout, baseline, record_property, expect_efa=False, gdr=False)
+    _judge(run.stdout, name, size, judge, record_property, expect_efa=False, gdr=False)
 
 
 @pytest.mark.multinode
@@ -63,15 +76,16 @@ def test_single_node_all_reduce(
 def test_multi_node_all_reduce(
     host: Any,
     resolved: dict[str, Any],
-    nodeforge: dict[str, Any],
+    judge: Any,
     record_property: Any,
     pytestconfig: pytest.Config,
 ) -> None:
     nodes = [h.split("://", 1)[-1] for h in pytestconfig.getoption("hosts").split(",") if h]
     if host.backend.hostname != nodes[0]:
-        pytest.skip("launched once, from the first host")
-    profile = nodeforge["profile"]
-    baseline = profile["baselines"]["nccl_all_reduce_multi_node"]
+        not_applicable("launched once, from the first host")
+    profile = resolved["nodeforge"]["profile"]
+    name = "nccl_all_reduce_multi_node"
+    baseline = profile["baselines"][name]
     size = message_bytes(baseline["message_size"])
     env = {**parse_env_file(file_text(host, NCCL_ENV) or ""), "NCCL_DEBUG": "INFO"}
     sizes = ["-b", str(size), "-e", str(size)]
@@ -86,4 +100,4 @@ def test_multi_node_all_reduce(
     )
     assert run.rc == 0, run.stderr
     gdr = profile["network"]["gpudirect_rdma"] == "required"
-    _judge(run.stdout, baseline, record_property, expect_efa=True, gdr=gdr)
+    _judge(run.stdout, name, size, judge, record_property, expect_efa=True, gdr=gdr)

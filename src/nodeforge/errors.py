@@ -1,8 +1,10 @@
-"""Errors that reach the user as one paragraph and exit code 2."""
+"""What ends a command badly, and the exit code each end gives."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+EXIT_OK, EXIT_VIOLATIONS, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class InputError(Exception):
@@ -40,3 +42,7 @@ class InputError(Exception):
         fix = f" Fix: {self.fix}" if self.fix else ""
         text = f"{where}{field}{self.message}.{fix}".replace("..", ".")
         return " ".join(text.split())  # one paragraph, whatever a parser put in its message
+
+
+class BuildFailedError(Exception):
+    """The build ran and failed (a task, or a validation check); exit code 1."""

@@ -37,7 +37,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nodeforge.catalog.models import Arch, Framework, Frameworks, Stack
+from nodeforge.catalog.arch import Arch
+from nodeforge.catalog.models import Framework, Frameworks, Stack
 from nodeforge.errors import InputError
 
 FORMAT = 1

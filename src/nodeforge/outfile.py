@@ -48,9 +48,22 @@ def output_folder(path: Path) -> Path:
     return path
 
 
+def check_output(path: Path) -> None:
+    """Refuse an output path that `write_output` would refuse, before the work that fills it
+    (a lock resolved for minutes, then refused, is time lost)."""
+    _refuse_non_regular(path)
+    parent = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise InputError(
+            "is not a folder; the output file would go inside it",
+            file=parent,
+            fix="name a file in a folder, or a place for a new folder",
+        )
+
+
 def write_output(path: Path, text: str) -> None:
     """Write `text` to `path` atomically, or raise InputError naming the path and the fix."""
-    _refuse_non_regular(path)
+    check_output(path)
     output_folder(path.parent)
     part = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
     try:

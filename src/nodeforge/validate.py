@@ -1,7 +1,8 @@
 """Run the validation suite (validation/) against hosts and read back its reports.
 
 One entry point for `nodeforge validate` and for the build stage of `nodeforge build`: pytest
-with testinfra's --hosts, the resolved vars, the stage, JUnit XML and the JSON report.
+with testinfra's --hosts, the resolved vars, the stage, JUnit XML and the JSON report
+(written by nodeforge.report, which shares the outcome names below).
 """
 
 from __future__ import annotations
@@ -16,8 +17,14 @@ from typing import Any, Literal
 from nodeforge.errors import InputError
 from nodeforge.nccl_launch import Launcher
 from nodeforge.paths import VALIDATION_SUITE
+from nodeforge.table import text_table
 
 Stage = Literal["build", "target"]
+NOT_RUN = "not run"
+OUTCOMES = ("passed", "failed", "skipped", NOT_RUN)
+"""A check's outcome: `skipped` did not apply to the target; `not run` was required and skipped."""
+UNJUDGED = "unjudged"
+_MISSING_CAPABILITY = "target stage: missing capability "
 
 
 @dataclass(frozen=True)
@@ -32,10 +39,67 @@ class ValidationRun:
     @property
     def counts(self) -> dict[str, int]:
         summary: dict[str, int] = self.report.get("summary", {})
-        return {k: int(summary.get(k, 0)) for k in ("passed", "failed", "skipped")}
+        return {k: int(summary.get(k, 0)) for k in OUTCOMES}
 
     def failures(self) -> list[dict[str, Any]]:
         return [c for c in self.report.get("checks", []) if c["outcome"] == "failed"]
+
+    def not_run(self) -> list[dict[str, Any]]:
+        return [c for c in self.report.get("checks", []) if c["outcome"] == NOT_RUN]
+
+    def unjudged(self) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = self.report.get(UNJUDGED, [])
+        return entries
+
+    def summary(self) -> str:
+        """What a person reads after a run: every check that did not pass (failed, not run,
+        skipped) with why, the capabilities the hosts lack, the measurements no baseline
+        judged, the counts and where the reports are."""
+        parts = []
+        rows = [
+            [c["id"].split("::", 1)[-1], c.get("host") or "-", c["outcome"], c["message"][:90]]
+            for c in self.report.get("checks", [])
+            if c["outcome"] != "passed"
+        ]
+        if rows:
+            parts.append(text_table(["check", "host", "outcome", "why"], rows) + "\n")
+        missing = sorted(
+            {
+                part.split(" (")[0]
+                for c in self.failures()
+                if c["message"].startswith(_MISSING_CAPABILITY)
+                for part in c["message"].removeprefix(_MISSING_CAPABILITY).split("; ")
+            }
+        )
+        if missing:
+            parts.append(f"missing capabilities: {', '.join(missing)}")
+        if self.not_run():
+            parts.append(
+                f"not run: {len(self.not_run())} required check(s) skipped, so the run fails "
+                "(a check skips without failing only where the target says it does not apply)"
+            )
+        if self.unjudged():
+            parts.append("unjudged (measured, no baseline to judge against: record one):")
+            parts += [f"  {describe_unjudged(entry)}" for entry in self.unjudged()]
+        counts = self.counts
+        parts.append(
+            f"{self.report.get('stage')} stage on {self.report.get('hosts')}: "
+            f"{counts['passed']} passed, {counts['failed']} failed, {counts[NOT_RUN]} not run, "
+            f"{counts['skipped']} skipped (not applicable), {len(self.unjudged())} unjudged"
+        )
+        parts.append(f"reports: {self.junit}, {self.json_report}")
+        return "\n".join(parts) + "\n"
+
+
+def describe_unjudged(entry: dict[str, Any]) -> str:
+    """One line naming the baseline, its profile, what was measured, where and by which check."""
+    measured = ", ".join(f"{m:g}" for m in entry.get("measured", []))
+    where = f" on {entry['host']}" if entry.get("host") else ""
+    check = str(entry.get("check", "")).split("::", 1)[-1]
+    return (
+        f"{entry.get('profile')} {entry.get('baseline')} (status {entry.get('status')}): "
+        f"measured {measured} {entry.get('unit')}{where} by {check}"
+    )
 
 
 def run_validation(

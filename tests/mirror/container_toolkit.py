@@ -9,12 +9,16 @@ The stub `nvidia-ctk` answers the subcommands nodeforge uses, with the real CLI'
 
 - `--version`;
 - `runtime configure --runtime=containerd|docker [--config=PATH] [--drop-in-config=PATH]
-  [--set-as-default] [--cdi.enabled] [--dry-run]`, as 1.18 does it: for containerd the nvidia
+  [--config-source=file|command] [--set-as-default] [--cdi.enabled] [--dry-run]`, as 1.18 does
+  it (pkg/config/engine/containerd): the config it starts from is the top-level file
+  (`file`, the default) or `containerd config dump` (`command`); for containerd the nvidia
   runtime goes to a drop-in file (default `/etc/containerd/config.d/99-nvidia.toml`, the 1.18.0
-  path that 1.18.1 corrected to `conf.d`, NVIDIA/nvidia-container-toolkit#1404) and the
-  top-level config gets an `imports` entry for the drop-in's folder (`<dir>/*.toml`), with the
-  config version read from the top-level file (2 when it has none); `--drop-in-config=` (empty)
-  writes into the top-level file instead. For docker it edits `/etc/docker/daemon.json`
+  path that 1.18.1 corrected to `conf.d`, NVIDIA/nvidia-container-toolkit#1404) that starts
+  from the source's whole CRI section (containerd before 2.1 replaces a plugin's section by key
+  when it merges imports), with runc's options copied to the nvidia runtime; the top-level
+  config gets an `imports` entry for the drop-in's folder (`<dir>/*.toml`). The version comes
+  from the source (2 when it is empty, 1 when it names none); `--drop-in-config=` (empty)
+  rewrites the top-level file instead. For docker it edits `/etc/docker/daemon.json`
   (runtimes.nvidia, default-runtime, features.cdi). Like the real one it rewrites every time it
   is run: callers check before they configure;
 - `cdi generate [--output=PATH]` (or NVIDIA_CTK_CDI_OUTPUT_FILE_PATH, what the
@@ -37,7 +41,7 @@ _UNITS = "/usr/lib/systemd/system"
 
 _NVIDIA_CTK = r'''#!/usr/bin/python3
 """nodeforge test stub of nvidia-ctk @VERSION@: the real CLI's syntax, no GPU, no NVML."""
-import json, os, re, sys
+import copy, json, os, re, subprocess, sys, tomllib
 
 VERSION = "@VERSION@"
 RUNTIME = "/usr/bin/nvidia-container-runtime"
@@ -83,62 +87,119 @@ def write(path, text):
         handle.write(text)
 
 
-def containerd_tables(version, default, cdi):
-    plugin = "io.containerd.grpc.v1.cri" if version < 3 else "io.containerd.cri.v1.runtime"
-    base = f'plugins."{plugin}"'
-    lines = ["[plugins]", f"  [{base}]"]
+def toml_value(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    return json.dumps(value)
+
+
+def toml_key(key):
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+def toml_dumps(tree):
+    """A TOML document of nested tables (what containerd's configs hold), keys in order."""
+    lines = []
+
+    def emit(table, path):
+        if path:
+            lines.extend(["", "[" + ".".join(toml_key(part) for part in path) + "]"])
+        for key, value in table.items():
+            if not isinstance(value, dict) and not (
+                    isinstance(value, list) and value and all(isinstance(v, dict) for v in value)):
+                lines.append(f"{toml_key(key)} = {toml_value(value)}")
+        for key, value in table.items():
+            if isinstance(value, dict):
+                emit(value, (*path, key))
+            elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+                for item in value:
+                    name = ".".join(toml_key(part) for part in (*path, key))
+                    lines.extend(["", f"[[{name}]]"])
+                    lines.extend(f"{toml_key(k)} = {toml_value(v)}" for k, v in item.items())
+
+    emit(tree, ())
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def source_config(opts, top):
+    """The config nvidia-ctk starts from: the top-level file (--config-source=file, the
+    default), or containerd's own merged view (--config-source=command)."""
+    if opts.get("config-source", "file") == "command":
+        dump = subprocess.run(["containerd", "config", "dump"], capture_output=True, text=True)
+        if dump.returncode != 0:
+            log("ERRO", f"failed to load config: {dump.stderr.strip()}")
+            return None
+        return tomllib.loads(dump.stdout)
+    return tomllib.loads(read(top))
+
+
+def with_nvidia(config, plugin, default, cdi):
+    """config with the nvidia runtime added as 1.18 adds it: runc's options copied, the
+    runtime binary set, CDI and the default runtime as asked."""
+    cri = config.setdefault("plugins", {}).setdefault(plugin, {})
+    runtimes = cri.setdefault("containerd", {}).setdefault("runtimes", {})
+    nvidia = copy.deepcopy(runtimes.get("runc") or {
+        "privileged_without_host_devices": False, "runtime_engine": "", "runtime_root": "",
+        "runtime_type": "io.containerd.runc.v2"})
+    nvidia.setdefault("options", {})["BinaryName"] = RUNTIME
+    runtimes["nvidia"] = nvidia
     if cdi:
-        lines.append("    enable_cdi = true")
-    lines.append(f"    [{base}.containerd]")
+        cri["enable_cdi"] = True
     if default:
-        lines.append('      default_runtime_name = "nvidia"')
-    lines += [
-        f"      [{base}.containerd.runtimes]",
-        f"        [{base}.containerd.runtimes.nvidia]",
-        "          privileged_without_host_devices = false",
-        '          runtime_engine = ""',
-        '          runtime_root = ""',
-        '          runtime_type = "io.containerd.runc.v2"',
-        f"          [{base}.containerd.runtimes.nvidia.options]",
-        f'            BinaryName = "{RUNTIME}"',
-    ]
-    return "\n".join(lines) + "\n"
+        cri["containerd"]["default_runtime_name"] = "nvidia"
+    return config
 
 
 def configure_containerd(opts):
     top = opts.get("config") or "/etc/containerd/config.toml"
     drop_in = opts.get("drop-in-config", "/etc/containerd/config.d/99-nvidia.toml")
-    text = read(top)
-    match = re.search(r"^version\s*=\s*(\d+)", text, re.M)
-    version = int(match.group(1)) if match else 2
+    source = source_config(opts, top)
+    if source is None:
+        return 1
+    version = source.get("version", 1) if source else 2
     log("INFO", f"Using config version {version}")
-    tables = containerd_tables(version, "set-as-default" in opts or "nvidia-set-as-default" in opts,
-                               "cdi.enabled" in opts or "enable-cdi" in opts)
-    if "dry-run" in opts:
-        print(tables, end="")
-        return 0
+    plugin = "io.containerd.grpc.v1.cri" if version < 3 else "io.containerd.cri.v1.runtime"
+    default = "set-as-default" in opts or "nvidia-set-as-default" in opts
+    cdi = "cdi.enabled" in opts or "enable-cdi" in opts
     if not drop_in:
-        if "runtimes.nvidia]" not in text:
-            text = text.rstrip("\n") + ("\n\n" if text.strip() else "") + tables
-        write(top, text if match else f"version = {version}\n" + text)
-        log("INFO", f"Wrote updated config to {top}")
-    else:
-        write(drop_in, f"version = {version}\n\n" + tables)
-        pattern = os.path.dirname(drop_in) + "/*.toml"
-        imports = re.search(r"^imports\s*=\s*\[(.*)\]\s*$", text, re.M)
-        if imports is None:
-            line = f'imports = ["{pattern}"]\n'
-            if match:
-                at = match.end() + 1
-                text = text[:at] + line + text[at:]
-            else:
-                text = f"version = {version}\n" + line + text
-        elif f'"{pattern}"' not in imports.group(1):
-            items = [s for s in (imports.group(1).strip(), f'"{pattern}"') if s]
-            line = f"imports = [{', '.join(items)}]"
-            text = text[: imports.start()] + line + text[imports.end() :]
+        # no drop-in: the whole top-level file, rewritten
+        text = toml_dumps(with_nvidia({"version": version, **source}, plugin, default, cdi))
+        if "dry-run" in opts:
+            print(text, end="")
+            return 0
         write(top, text)
-        log("INFO", f"Wrote updated config to {drop_in}")
+        log("INFO", f"Wrote updated config to {top}")
+        log("INFO", "It is recommended that containerd daemon be restarted.")
+        return 0
+    # containerd before 2.1 replaces a plugin's section by key when it merges imports: the
+    # drop-in starts from the source's whole CRI section, or it would lose runc.
+    base = copy.deepcopy(source.get("plugins", {}).get(plugin, {}))
+    text = toml_dumps(with_nvidia({"version": version, "plugins": {plugin: base}}, plugin,
+                                  default, cdi))
+    if "dry-run" in opts:
+        print(text, end="")
+        return 0
+    write(drop_in, text)
+    pattern = os.path.dirname(drop_in) + "/*.toml"
+    top_text = read(top)
+    imports = re.search(r"^imports\s*=\s*\[(.*)\]\s*$", top_text, re.M)
+    if imports is None:
+        match = re.search(r"^version\s*=\s*\d+\n", top_text, re.M)
+        line = f'imports = ["{pattern}"]\n'
+        if match:
+            top_text = top_text[: match.end()] + line + top_text[match.end():]
+        else:
+            top_text = f"version = {version}\n" + line + top_text
+    elif f'"{pattern}"' not in imports.group(1):
+        items = [s for s in (imports.group(1).strip(), f'"{pattern}"') if s]
+        line = f"imports = [{', '.join(items)}]"
+        top_text = top_text[: imports.start()] + line + top_text[imports.end():]
+    write(top, top_text)
+    log("INFO", f"Wrote updated config to {drop_in}")
     log("INFO", "It is recommended that containerd daemon be restarted.")
     return 0
 

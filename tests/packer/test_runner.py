@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge.errors import InputError
-from nodeforge.local.build import BuildFailedError
+from nodeforge.errors import BuildFailedError, InputError
 from nodeforge.packer.runner import PackerFailedError, check_version
 from nodeforge.packer.template import TEMPLATE_DIR
 from tests.packer.conftest import DOUBLE, SOURCE_AMI, Build, Calls

@@ -27,7 +27,7 @@ PREFIX = "/usr/local"
 SONAME = "libgdrapi.so.2"
 TOOLS = ["copybw", "sanity", "copylat", "apiperf", "pplat"]
 UNIT = "gdrcopy.service"
-GATE = "/usr/local/libexec/nodeforge/gdrcopy-gpu-gate"
+GATE = "/usr/local/libexec/nodeforge/hardware-gate"
 LOADER = "/usr/local/libexec/nodeforge/gdrcopy"
 TARBALL = f"github.com/NVIDIA/gdrcopy/archive/v{VERSION}.tar.gz"
 FAKE = "/tmp/nodeforge-gdrcopy-sysfs"
@@ -160,7 +160,7 @@ def test_unit_enabled_not_active(host: Any) -> None:
 
 def test_unit_runs_the_gate_then_loads_gdrdrv(host: Any) -> None:
     shown = host.run("systemctl show -p ExecCondition -p ExecStart %s", UNIT).stdout
-    assert f"path={GATE} ; argv[]={GATE} ;" in shown, shown
+    assert f"path={GATE} ; argv[]={GATE} gpu ;" in shown, shown
     assert f"argv[]={LOADER} start ;" in shown, shown
     gate = host.file(GATE)
     assert gate.is_file and gate.mode == 0o755 and gate.user == "root"
@@ -187,17 +187,23 @@ def fake_sysfs(host: Any) -> Iterator[str]:
     host.run(f"rm -rf {FAKE}")
 
 
-@pytest.mark.parametrize("tree", [*sorted(TREES), "nothing"])
+@pytest.mark.parametrize("tree", sorted(TREES))
 def test_gate_decides_from_the_pci_ids(host: Any, fake_sysfs: str, tree: str) -> None:
-    result = host.run("NODEFORGE_SYSFS_ROOT=%s %s", f"{fake_sysfs}/{tree}", GATE)
+    result = host.run("NODEFORGE_SYSFS_ROOT=%s %s gpu", f"{fake_sysfs}/{tree}", GATE)
     expected = 0 if tree in GPU_TREES else 1
     assert result.rc == expected, (tree, result.stdout, result.stderr)
-    assert ("loading gdrdrv" if expected == 0 else "skipping gdrdrv") in result.stdout
+    assert ("starting" if expected == 0 else "skipping") in result.stdout
+
+
+def test_gate_starts_when_sysfs_cannot_be_read(host: Any, fake_sysfs: str) -> None:
+    # no answer is no reason to skip: the unit then fails loudly where gdrdrv cannot load
+    result = host.run("NODEFORGE_SYSFS_ROOT=%s %s gpu", f"{fake_sysfs}/nothing", GATE)
+    assert result.rc == 0 and "cannot read" in result.stdout, result.stdout
 
 
 def test_gate_reads_a_root_argument(host: Any, fake_sysfs: str) -> None:
-    assert host.run("%s --sysfs-root %s", GATE, f"{fake_sysfs}/h100").rc == 0
-    assert host.run("%s --sysfs-root %s", GATE, f"{fake_sysfs}/builder").rc == 1
+    assert host.run("%s --sysfs-root %s gpu", GATE, f"{fake_sysfs}/h100").rc == 0
+    assert host.run("%s --sysfs-root %s gpu", GATE, f"{fake_sysfs}/builder").rc == 1
 
 
 def test_start_without_a_gpu_is_skipped_cleanly(host: Any, fake_sysfs: str) -> None:

@@ -24,7 +24,7 @@ VERSIONED = ["nvidia-fabricmanager", "libnvsdm", "nvidia-imex", "nvidia-persiste
 UNITS = {
     "nvidia-fabricmanager.service": "fabricmanager",
     "nvidia-imex.service": "imex",
-    "nvidia-persistenced.service": "persistenced",
+    "nvidia-persistenced.service": "gpu",
 }
 FAKE = "/tmp/nodeforge-fake-sysfs"
 # PCI functions as sysfs shows them: (address, vendor, device, class[, vpd]).
@@ -52,10 +52,10 @@ TREES: dict[str, list[tuple[str, ...]]] = {
 }
 # tree -> the checks whose hardware is there (the others must skip)
 EXPECTED = {
-    "hgx-h100": {"fabricmanager", "persistenced"},
-    "hgx-b200": {"fabricmanager", "nvlsm", "persistenced"},
-    "gb200": {"imex", "persistenced"},
-    "pcie-l40s": {"persistenced"},
+    "hgx-h100": {"fabricmanager", "gpu"},
+    "hgx-b200": {"fabricmanager", "nvlsm", "gpu"},
+    "gb200": {"imex", "gpu"},
+    "pcie-l40s": {"gpu"},
     "no-gpu": set(),
 }
 
@@ -161,7 +161,7 @@ def fake_sysfs(host: Any) -> Iterator[str]:
 
 @pytest.mark.parametrize("tree", sorted(TREES))
 def test_gate_decides_from_the_pci_ids(host: Any, fake_sysfs: str, tree: str) -> None:
-    for check in ("fabricmanager", "nvlsm", "imex", "persistenced"):
+    for check in ("fabricmanager", "nvlsm", "imex", "gpu"):
         result = host.run("NODEFORGE_SYSFS_ROOT=%s %s %s", f"{fake_sysfs}/{tree}", GATE, check)
         expected = 0 if check in EXPECTED[tree] else 1
         assert result.rc == expected, (tree, check, result.stdout, result.stderr)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import boto3
 from botocore.config import Config
-from mypy_boto3_ec2 import EC2Client
-from mypy_boto3_ssm import SSMClient
 
 from nodeforge.aws.config import PipelineConfig
+
+# type stubs, a dev dependency: the installed tool never imports them
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_ssm import SSMClient
 
 
 @dataclass(frozen=True)

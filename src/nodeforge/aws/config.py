@@ -66,4 +66,4 @@ def load_config(path: Path) -> PipelineConfig:
     try:
         return PipelineConfig.model_validate(doc.data)
     except ValidationError as exc:
-        raise input_error_from(exc, path, doc.line_of) from None
+        raise input_error_from(exc, path, doc.line_of, doc.data) from None

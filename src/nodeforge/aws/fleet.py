@@ -8,15 +8,18 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
-from mypy_boto3_ec2 import EC2Client
-from mypy_boto3_ec2.type_defs import RunInstancesRequestTypeDef
 
 from nodeforge.aws import tags
 from nodeforge.aws.errors import CleanupError
 from nodeforge.aws.launch import launch_instances
+
+# type stubs, a dev dependency: the installed tool never imports them
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_ec2.type_defs import RunInstancesRequestTypeDef
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

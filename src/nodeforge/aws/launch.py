@@ -7,21 +7,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from botocore.exceptions import ClientError
-from mypy_boto3_ec2 import EC2Client
-from mypy_boto3_ec2.literals import InstanceTypeType
-from mypy_boto3_ec2.type_defs import (
-    InstanceNetworkInterfaceSpecificationTypeDef,
-    RunInstancesRequestTypeDef,
-)
 
 from nodeforge.aws.config import CapacityTarget, PipelineConfig
 from nodeforge.aws.errors import InstanceUnreachableError, NoCapacityError
 from nodeforge.aws.tags import tag_list
 from nodeforge.catalog.models import Profile
 from nodeforge.errors import InputError
+
+# type stubs, a dev dependency: the installed tool never imports them
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_ec2.literals import InstanceTypeType
+    from mypy_boto3_ec2.type_defs import (
+        InstanceNetworkInterfaceSpecificationTypeDef,
+        RunInstancesRequestTypeDef,
+    )
 
 NO_CAPACITY_CODES = frozenset(
     {

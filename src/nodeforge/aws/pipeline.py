@@ -7,10 +7,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
-from mypy_boto3_ec2.type_defs import ImageTypeDef
 
 from nodeforge.aws import publish, tags
 from nodeforge.aws.clients import AwsClients
@@ -20,9 +19,14 @@ from nodeforge.aws.launch import Clock, network_interfaces, run_instances_reques
 from nodeforge.catalog.loader import Catalog
 from nodeforge.catalog.models import Profile
 from nodeforge.errors import InputError
+from nodeforge.outfile import output_folder, write_output
 from nodeforge.render import UserOverrides, render, to_json
 from nodeforge.target import Target, target_for
 from nodeforge.validate import Stage, run_validation
+
+# type stubs, a dev dependency: the installed tool never imports them
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import ImageTypeDef
 
 Validator = Callable[[list[str], str], bool]
 """validate(hosts, profile) -> every check passed; hosts are the instances' private addresses."""
@@ -334,9 +338,8 @@ def run_suite(
 ) -> bool:
     """validation/ against testinfra `hosts`, compared with the target's resolved vars (written
     beside the reports, so a failed run can be replayed with `nodeforge validate`)."""
-    report_dir.mkdir(parents=True, exist_ok=True)
-    vars_path = report_dir / "vars.json"
+    vars_path = output_folder(report_dir) / "vars.json"
     document = render(catalog, target, overrides=overrides, overrides_path=overrides_path)
-    vars_path.write_text(to_json(document), encoding="utf-8")
+    write_output(vars_path, to_json(document))
     run = run_validation(hosts=hosts, vars_path=vars_path, stage=stage, report_dir=report_dir)
     return run.ok

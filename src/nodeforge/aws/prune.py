@@ -6,17 +6,20 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
-from mypy_boto3_ec2 import EC2Client
-from mypy_boto3_ec2.type_defs import ImageTypeDef
-from mypy_boto3_ssm import SSMClient
 
 from nodeforge.aws import tags
 from nodeforge.aws.clients import AwsClients
 from nodeforge.aws.errors import aws_error
 from nodeforge.aws.publish import SSM_ROOT, snapshot_ids
+
+# type stubs, a dev dependency: the installed tool never imports them
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_ec2.type_defs import ImageTypeDef
+    from mypy_boto3_ssm import SSMClient
 
 _IN_USE_STATES = ["pending", "running", "stopping", "stopped"]
 _SSM_REFERENCE = "resolve:ssm:"

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-
-from mypy_boto3_ec2 import EC2Client
-from mypy_boto3_ec2.type_defs import ImageTypeDef, LaunchPermissionTypeDef
-from mypy_boto3_ssm import SSMClient
+from typing import TYPE_CHECKING
 
 from nodeforge.aws import tags
 from nodeforge.aws.clients import AwsClients
+
+# type stubs, a dev dependency: the installed tool never imports them
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_ec2.type_defs import ImageTypeDef, LaunchPermissionTypeDef
+    from mypy_boto3_ssm import SSMClient
 
 SSM_ROOT = "/nodeforge"
 

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from mypy_boto3_ec2.type_defs import TagTypeDef
+# type stubs, a dev dependency: the installed tool never imports them
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import TagTypeDef
+
 
 IMAGE = "nodeforge:image"
 STATUS = "nodeforge:status"

@@ -6,7 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from nodeforge.catalog.models import Arch, Layer, Model, VersionStr
+from nodeforge.catalog.arch import Arch
+from nodeforge.catalog.models import Layer, Model, VersionStr
 from nodeforge.catalog.placeholders import check_placeholders
 from nodeforge.versions import Version
 

@@ -147,7 +147,7 @@ def input_error_from(
     exc: ValidationError,
     path: Path,
     line_of: Callable[[tuple[int | str, ...]], int | None],
-    data: Any = None,
+    data: Any,
 ) -> InputError:
     """The first problem of a validation error, at its file and line; with the validated
     `data`, the field path is the user's own (no union branch such as `vcpus.int`)."""

@@ -7,10 +7,10 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from nodeforge.catalog.arch import Arch
 from nodeforge.catalog.placeholders import check_placeholders
 from nodeforge.versions import Version
 
-Arch = Literal["x86_64", "arm64"]
 Unknown = Literal["unknown"]
 
 Layer = Literal[

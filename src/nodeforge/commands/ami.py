@@ -19,9 +19,8 @@ from nodeforge.aws.pipeline import PromoteResult, Validator, promote, ssh_valida
 from nodeforge.aws.standin import stand_in_from, stand_in_validator
 from nodeforge.catalog.loader import Catalog
 from nodeforge.commands.aws import aws_session
-from nodeforge.commands.common import EXIT_OK, EXIT_VIOLATIONS, checked_targets, stderr_progress
-from nodeforge.errors import InputError
-from nodeforge.local.build import BuildFailedError
+from nodeforge.commands.common import checked_targets, stderr_progress
+from nodeforge.errors import EXIT_OK, EXIT_VIOLATIONS, BuildFailedError, InputError
 from nodeforge.packer.build import AmiBuildResult, build_amis
 from nodeforge.render import UserOverrides, to_json
 from nodeforge.table import text_table
@@ -37,36 +36,6 @@ _AWS_ONLY = {
     "config": "--config",
 }
 """argparse dest -> flag, for the options that mean nothing to a local build."""
-
-
-def add_build_options(parser: argparse.ArgumentParser) -> None:
-    """The `build` options of `--target aws`."""
-    group = parser.add_argument_group("--target aws")
-    group.add_argument(
-        "--region",
-        action="extend",
-        nargs="+",
-        metavar="R",
-        help="build in these regions (default: the image's build.region)",
-    )
-    group.add_argument(
-        "--only", action="append", metavar="NAME", help="Packer's -only: build this source only"
-    )
-    group.add_argument(
-        "--dry-run", action="store_true", help="print the Packer commands; run nothing, call no AWS"
-    )
-    group.add_argument("--packer", metavar="PATH", help="the Packer binary (default: packer)")
-    group.add_argument(
-        "--kms-key-id", metavar="K", help="KMS key for the root volume (default: the EBS default)"
-    )
-    group.add_argument(
-        "--promote",
-        action="store_true",
-        help="then validate the AMI on the image's instance types and publish it",
-    )
-    group.add_argument(
-        "--config", type=Path, metavar="FILE", help="pipeline settings for --promote (YAML/JSON)"
-    )
 
 
 def check_options(args: argparse.Namespace) -> None:

@@ -18,39 +18,13 @@ from nodeforge.aws.pipeline import promote as promote_ami
 from nodeforge.aws.pipeline import ssh_validator
 from nodeforge.aws.prune import prune as prune_amis
 from nodeforge.catalog.loader import Catalog
-from nodeforge.commands.common import EXIT_OK, EXIT_VIOLATIONS, checked_targets, stderr_progress
-from nodeforge.errors import InputError
+from nodeforge.commands.common import checked_targets, stderr_progress
+from nodeforge.errors import EXIT_OK, EXIT_VIOLATIONS, InputError
 from nodeforge.render import to_json
 from nodeforge.table import text_table
 
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8,17}$")
 P = TypeVar("P", bound=argparse.ArgumentParser)
-
-
-def add_parsers(sub: argparse._SubParsersAction[P], common: P) -> None:
-    """`promote` and `prune` on the CLI's subparsers, with its common options."""
-    p = sub.add_parser(
-        "promote", parents=[common], help="validate an AMI on its instance types, then publish it"
-    )
-    p.add_argument("image")
-    p.add_argument("--ami", required=True, metavar="AMI_ID", help="the AMI Packer built")
-    p.add_argument(
-        "--config", type=Path, required=True, metavar="FILE", help="pipeline settings (YAML/JSON)"
-    )
-    p.add_argument("--profile", help="validate on this profile only (default: all of the image's)")
-    p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
-    p.add_argument("--report-dir", type=Path, metavar="DIR", help="default: build/IMAGE/promote")
-    p.add_argument("--allow-unverified", action="store_true")
-
-    p = sub.add_parser("prune", parents=[common], help="deregister an image's old AMIs")
-    p.add_argument("image")
-    p.add_argument("--keep", type=int, required=True, metavar="N", help="validated AMIs to keep")
-    p.add_argument(
-        "--config", type=Path, required=True, metavar="FILE", help="pipeline settings (YAML/JSON)"
-    )
-    p.add_argument(
-        "--dry-run", action="store_true", help="say what would go, and why the rest stays"
-    )
 
 
 def aws_session(region: str) -> boto3.Session:

@@ -8,12 +8,8 @@ from typing import TextIO
 
 from nodeforge.catalog.loader import Catalog
 from nodeforge.check import check_targets
-from nodeforge.commands.common import (
-    EXIT_OK,
-    EXIT_VIOLATIONS,
-    checked_target,
-    print_report,
-)
+from nodeforge.commands.common import checked_target, print_report
+from nodeforge.errors import EXIT_OK, EXIT_VIOLATIONS
 from nodeforge.matrix import HEADERS, support_rows
 from nodeforge.outfile import write_output
 from nodeforge.render import render, to_json

@@ -15,8 +15,6 @@ from nodeforge.table import text_table
 from nodeforge.target import Target, target_for
 from nodeforge.target import targets as image_targets
 
-EXIT_OK, EXIT_VIOLATIONS, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-
 
 def print_report(report: Report, as_json: bool, out: TextIO) -> None:
     if as_json:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TextIO, TypeVar, get_args
+from typing import TextIO, TypeVar
 
 from nodeforge.catalog.loader import Catalog
-from nodeforge.catalog.models import Arch
-from nodeforge.commands.common import EXIT_OK, EXIT_VIOLATIONS
-from nodeforge.errors import InputError
+from nodeforge.errors import EXIT_OK, EXIT_VIOLATIONS, InputError
 from nodeforge.lock import (
     LockFailedError,
     LockRequest,
@@ -18,40 +16,11 @@ from nodeforge.lock import (
     render_lock,
     request_for,
 )
+from nodeforge.outfile import check_output, write_output
 from nodeforge.render import to_json
 
 # The CLI's own ArgumentParser subclass, whatever it is
 P = TypeVar("P", bound=argparse.ArgumentParser)
-
-
-def add_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
-    p = sub.add_parser(
-        "lock",
-        parents=[common],
-        help="resolve and write the hash-checked locks of a stack's Python environments",
-    )
-    p.add_argument("stack")
-    p.add_argument("--environment", action="append", metavar="NAME", help="default: all")
-    p.add_argument("--arch", action="append", choices=get_args(Arch), help="default: the stack's")
-    p.add_argument("--python", metavar="X.Y", help="default: the stack's frameworks.python")
-    p.add_argument(
-        "--torch-variant", metavar="VARIANT", help="cpu, cu126, ...: default the stack's"
-    )
-    p.add_argument(
-        "--platform",
-        metavar="TAG",
-        help="newest wheel platform tag the target runs (default: manylinux_2_34_<arch>)",
-    )
-    p.add_argument(
-        "--index-url",
-        action="append",
-        default=[],
-        metavar="URL",
-        help="first is the index, the rest extra indexes "
-        "(default: the variant's PyTorch index, then PyPI)",
-    )
-    p.add_argument("--find-links", action="append", default=[], metavar="DIR_OR_URL")
-    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="one lock: write it here")
 
 
 def lock(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
@@ -83,8 +52,7 @@ def lock(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         raise InputError(
             "a --platform tag belongs to one architecture", fix="add --arch with --platform"
         )
-    written: list[dict[str, str]] = []
-    failed = 0
+    planned: list[tuple[LockRequest, Path]] = []
     for environment in environments:
         for arch in arches:
             request = request_for(
@@ -97,24 +65,30 @@ def lock(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
                 index_urls=tuple(args.index_url),
                 find_links=tuple(args.find_links),
             )
-            path = args.output or _stack_path(catalog, stack_file, request)
             if args.output is None and request.overrides():
                 raise InputError(
                     f"a lock with overrides ({request.overrides()}) is not the stack's lock",
                     fix="write it elsewhere with -o FILE",
                 )
-            try:
-                result = lock_environment(request)
-            except LockFailedError as exc:
-                # no hashes are invented for what could not be resolved: nothing is written
-                print(f"nodeforge: lock failed, {path} not written: {exc}", file=sys.stderr)
-                failed += 1
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(render_lock(result), encoding="utf-8")
-            written.append({"environment": environment, "arch": arch, "lock": str(path)})
-            if not args.json:
-                out.write(f"{path}: {len(result.requirements)} requirements\n")
+            path = args.output or _stack_path(catalog, stack_file, request)
+            check_output(path)
+            planned.append((request, path))
+    written: list[dict[str, str]] = []
+    failed = 0
+    for request, path in planned:
+        try:
+            result = lock_environment(request)
+        except LockFailedError as exc:
+            # no hashes are invented for what could not be resolved: nothing is written
+            print(f"nodeforge: lock failed, {path} not written: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        write_output(path, render_lock(result))
+        written.append(
+            {"environment": request.environment, "arch": request.arch, "lock": str(path)}
+        )
+        if not args.json:
+            out.write(f"{path}: {len(result.requirements)} requirements\n")
     if args.json:
         out.write(to_json({"written": written, "failed": failed}))
     return EXIT_VIOLATIONS if failed else EXIT_OK

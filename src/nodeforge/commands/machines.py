@@ -8,7 +8,8 @@ from typing import TextIO
 
 from nodeforge.catalog.loader import Catalog
 from nodeforge.commands import ami
-from nodeforge.commands.common import EXIT_OK, EXIT_VIOLATIONS, checked_target, stderr_progress
+from nodeforge.commands.common import checked_target, stderr_progress
+from nodeforge.errors import EXIT_OK, EXIT_VIOLATIONS
 from nodeforge.hosts import check_hosts
 from nodeforge.local.build import build_local
 from nodeforge.outfile import output_folder, write_output
@@ -86,27 +87,5 @@ def validate(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         out.write(to_json({**run.report, "junit": str(run.junit), "json": str(run.json_report)}))
         return EXIT_OK if run.ok else EXIT_VIOLATIONS
-    checks = run.report.get("checks", [])
-    rows = [
-        [c["id"].split("::", 1)[-1], c.get("host") or "-", c["outcome"], c["message"][:90]]
-        for c in checks
-        if c["outcome"] != "passed"
-    ]
-    counts = run.counts
-    if rows:
-        out.write(text_table(["check", "host", "outcome", "why"], rows) + "\n\n")
-    missing = sorted(
-        {
-            part.split(" (")[0]
-            for c in run.failures()
-            if c["message"].startswith("target stage: missing capability ")
-            for part in c["message"].removeprefix("target stage: missing capability ").split("; ")
-        }
-    )
-    if missing:
-        out.write(f"missing capabilities: {', '.join(missing)}\n")
-    out.write(
-        f"{args.stage} stage on {args.hosts}: {counts['passed']} passed, {counts['failed']} "
-        f"failed, {counts['skipped']} skipped\nreports: {run.junit}, {run.json_report}\n"
-    )
+    out.write(run.summary())
     return EXIT_OK if run.ok else EXIT_VIOLATIONS

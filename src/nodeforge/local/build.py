@@ -17,7 +17,7 @@ from typing import Any
 
 from nodeforge.artifacts import artifacts_for, check_mirror, fetch_and_verify, fetch_key
 from nodeforge.catalog.loader import Catalog
-from nodeforge.errors import InputError
+from nodeforge.errors import BuildFailedError, InputError
 from nodeforge.local import podman
 from nodeforge.local.baseimage import ensure_base_image
 from nodeforge.local.playbook import PlaybookResult, Progress, run_playbook
@@ -25,15 +25,11 @@ from nodeforge.mirror import resolve_url
 from nodeforge.outfile import output_folder, write_output
 from nodeforge.render import UserOverrides, render, to_json
 from nodeforge.target import Target
-from nodeforge.validate import run_validation
+from nodeforge.validate import NOT_RUN, run_validation
 
 # The only base images these machines can build (debootstrap from Debian's archive).
 _SUITES = {("debian", "12"): "bookworm", ("debian", "13"): "trixie"}
 REPOSITORY = "localhost/nodeforge"
-
-
-class BuildFailedError(Exception):
-    """The build ran and failed (a task, or a validation check); exit code 1."""
 
 
 @dataclass(frozen=True)
@@ -200,11 +196,14 @@ def _validate(
     )
     counts = run.counts
     if not run.ok:
-        failed = "; ".join(f"{c['id']}: {c['message']}" for c in run.failures()[:3])
+        # a required check that did not run fails the build as a failed one does
+        wrong = (run.failures() + run.not_run())[:3]
+        failed = "; ".join(f"{c['id']}: {c['outcome']}: {c['message']}" for c in wrong)
         raise BuildFailedError(
-            f"validation failed ({counts['failed']} check(s)): {failed} (report: {run.json_report})"
+            f"validation failed ({counts['failed']} failed, {counts[NOT_RUN]} not run): "
+            f"{failed} (report: {run.json_report})"
         )
-    progress(f"validation: {counts['passed']} passed, {counts['skipped']} skipped")
+    progress(f"validation: {counts['passed']} passed, {counts['skipped']} skipped (not applicable)")
     return counts
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from nodeforge.catalog.loader import Catalog
 from nodeforge.errors import InputError
+from nodeforge.outfile import output_folder, write_output
 from nodeforge.packer.machine import Output
 from nodeforge.packer.rules import VarFile, check_template, require_clean
 from nodeforge.packer.runner import (
@@ -116,13 +117,12 @@ def _prepare(
     now: datetime,
 ) -> list[_Job]:
     """Render the vars, write one checked var file per region; the jobs that will run."""
-    image_dir = work_dir / target.image.name
-    image_dir.mkdir(parents=True, exist_ok=True)
+    image_dir = output_folder(work_dir / target.image.name)
     document = render(
         catalog, target, mode="image", overrides=overrides, overrides_path=overrides_path
     )
     vars_path = image_dir / "vars.json"
-    vars_path.write_text(to_json(document), encoding="utf-8")
+    write_output(vars_path, to_json(document))
     os_file = catalog.file_of("os", target.os.name)
     lookup = source_lookup(target, os_file)
     jobs = []

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from nodeforge.errors import InputError
-from nodeforge.local.build import BuildFailedError
+from nodeforge.errors import BuildFailedError, InputError
 from nodeforge.local.podman import executable
 from nodeforge.packer.machine import Output
 from nodeforge.versions import Version

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from pydantic import Field
 
-from nodeforge.catalog.models import LAYERS, AmiLookup, Arch, Model
+from nodeforge.catalog.arch import Arch
+from nodeforge.catalog.models import LAYERS, AmiLookup, Model
 from nodeforge.errors import InputError
+from nodeforge.outfile import write_output
 from nodeforge.target import Target
 
 TAG_PREFIX = "nodeforge:"
@@ -115,6 +117,5 @@ def packer_vars(
 
 
 def write_var_file(path: Path, values: PackerVars) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(values.to_json(), indent=2, sort_keys=True) + "\n", "utf-8")
+    write_output(path, json.dumps(values.to_json(), indent=2, sort_keys=True) + "\n")
     return path

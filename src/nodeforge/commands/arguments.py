@@ -1,0 +1,226 @@
+"""The command line's grammar: every command and option, and nothing the commands import.
+
+Kept apart from the commands so that `nodeforge --help`, `--version` and a usage error import
+argparse and no more, and each command imports only what it runs (nodeforge.cli).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, TypeVar, get_args
+
+from nodeforge import __version__
+from nodeforge.catalog.arch import Arch
+from nodeforge.errors import EXIT_INPUT
+from nodeforge.nccl_launch import LAUNCHERS
+
+# The CLI's own ArgumentParser subclass, whatever it is
+P = TypeVar("P", bound=argparse.ArgumentParser)
+
+KINDS = ("images", "stacks", "profiles", "os")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's own usage errors exit 2, as ours do
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_INPUT, f"nodeforge: error: {message}\n")
+
+
+def _add_common_options(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
+    """--catalog and --json, before the command or after it. A subcommand's parser would set
+    its own defaults over the values given before the command, so only the top level has
+    defaults; the subcommands' are SUPPRESS (set nothing when absent)."""
+    default: dict[str, Any] = {} if top_level else {"default": argparse.SUPPRESS}
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        metavar="DIR",
+        help="catalog directory (default: ./images, else the catalog shipped with nodeforge)",
+        **({"default": None} if top_level else default),
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON instead of text",
+        **({"default": False} if top_level else default),
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    _add_common_options(common, top_level=False)
+
+    parser = _Parser(prog="nodeforge", description="GPU node image and software-stack builder")
+    parser.add_argument("--version", action="version", version=f"nodeforge {__version__}")
+    _add_common_options(parser, top_level=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("list", parents=[common], help="list catalog entries")
+    p.add_argument("kind", nargs="?", choices=KINDS, default="images")
+
+    p = sub.add_parser("show", parents=[common], help="show one image and what it resolves to")
+    p.add_argument("image")
+
+    p = sub.add_parser("check", parents=[common], help="run the compatibility rules")
+    p.add_argument("images", nargs="*", metavar="IMAGE", help="images to check (default: all)")
+    p.add_argument(
+        "--allow-unverified",
+        action="store_true",
+        help="report artifacts without sha256 or signature as warnings, not errors",
+    )
+
+    p = sub.add_parser("render", parents=[common], help="print the resolved vars of a target")
+    p.add_argument("image")
+    p.add_argument("--profile", help="target profile (needed when the image has several)")
+    p.add_argument("--mode", choices=("image", "node"), default="image")
+    p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write to FILE")
+    p.add_argument("--allow-unverified", action="store_true")
+
+    p = sub.add_parser("build", parents=[common], help="build an image")
+    p.add_argument("image")
+    p.add_argument(
+        "--target",
+        choices=("local", "aws"),
+        required=True,
+        help="where to build: a local container image, or an AMI with Packer",
+    )
+    p.add_argument("--profile", help="target profile (needed when the image has several)")
+    p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
+    p.add_argument(
+        "--reconverge",
+        action="store_true",
+        help="converge a second time and fail unless it changes nothing (idempotence)",
+    )
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        metavar="DIR",
+        help="logs and reports (default: build/IMAGE; --target aws writes DIR/IMAGE)",
+    )
+    p.add_argument("--allow-unverified", action="store_true")
+    _add_aws_build_options(p)
+
+    p = sub.add_parser("validate", parents=[common], help="run the validation suite on hosts")
+    p.add_argument("image")
+    p.add_argument("--profile", help="target profile (needed when the image has several)")
+    p.add_argument("--stage", choices=("build", "target"), required=True)
+    p.add_argument(
+        "--hosts",
+        required=True,
+        help="testinfra hosts: podman://NAME, ssh://HOST, ansible://GROUP (comma-separated)",
+    )
+    p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
+    p.add_argument("--report-dir", type=Path, metavar="DIR", help="default: build/IMAGE/validate")
+    p.add_argument("--parallel", action="store_true", help="check several hosts at once")
+    p.add_argument(
+        "--dcgm-level",
+        type=int,
+        choices=(1, 2, 3, 4),
+        default=1,
+        help="dcgmi diag level at target stage where dcgmi is present (default 1)",
+    )
+    p.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="mpirun",
+        help="multi-node NCCL launcher: Open MPI with a hostfile of the hosts (default), "
+        "or Slurm's srun from a node of an allocation",
+    )
+    p.add_argument("--allow-unverified", action="store_true")
+
+    _add_aws_parsers(sub, common)
+
+    _add_lock_parser(sub, common)
+
+    p = sub.add_parser("matrix", parents=[common], help="print the support matrix")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    return parser
+
+
+def _add_aws_build_options(parser: argparse.ArgumentParser) -> None:
+    """The `build` options of `--target aws`."""
+    group = parser.add_argument_group("--target aws")
+    group.add_argument(
+        "--region",
+        action="extend",
+        nargs="+",
+        metavar="R",
+        help="build in these regions (default: the image's build.region)",
+    )
+    group.add_argument(
+        "--only", action="append", metavar="NAME", help="Packer's -only: build this source only"
+    )
+    group.add_argument(
+        "--dry-run", action="store_true", help="print the Packer commands; run nothing, call no AWS"
+    )
+    group.add_argument("--packer", metavar="PATH", help="the Packer binary (default: packer)")
+    group.add_argument(
+        "--kms-key-id", metavar="K", help="KMS key for the root volume (default: the EBS default)"
+    )
+    group.add_argument(
+        "--promote",
+        action="store_true",
+        help="then validate the AMI on the image's instance types and publish it",
+    )
+    group.add_argument(
+        "--config", type=Path, metavar="FILE", help="pipeline settings for --promote (YAML/JSON)"
+    )
+
+
+def _add_aws_parsers(sub: argparse._SubParsersAction[P], common: P) -> None:
+    """`promote` and `prune` on the CLI's subparsers, with its common options."""
+    p = sub.add_parser(
+        "promote", parents=[common], help="validate an AMI on its instance types, then publish it"
+    )
+    p.add_argument("image")
+    p.add_argument("--ami", required=True, metavar="AMI_ID", help="the AMI Packer built")
+    p.add_argument(
+        "--config", type=Path, required=True, metavar="FILE", help="pipeline settings (YAML/JSON)"
+    )
+    p.add_argument("--profile", help="validate on this profile only (default: all of the image's)")
+    p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
+    p.add_argument("--report-dir", type=Path, metavar="DIR", help="default: build/IMAGE/promote")
+    p.add_argument("--allow-unverified", action="store_true")
+
+    p = sub.add_parser("prune", parents=[common], help="deregister an image's old AMIs")
+    p.add_argument("image")
+    p.add_argument("--keep", type=int, required=True, metavar="N", help="validated AMIs to keep")
+    p.add_argument(
+        "--config", type=Path, required=True, metavar="FILE", help="pipeline settings (YAML/JSON)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="say what would go, and why the rest stays"
+    )
+
+
+def _add_lock_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
+    p = sub.add_parser(
+        "lock",
+        parents=[common],
+        help="resolve and write the hash-checked locks of a stack's Python environments",
+    )
+    p.add_argument("stack")
+    p.add_argument("--environment", action="append", metavar="NAME", help="default: all")
+    p.add_argument("--arch", action="append", choices=get_args(Arch), help="default: the stack's")
+    p.add_argument("--python", metavar="X.Y", help="default: the stack's frameworks.python")
+    p.add_argument(
+        "--torch-variant", metavar="VARIANT", help="cpu, cu126, ...: default the stack's"
+    )
+    p.add_argument(
+        "--platform",
+        metavar="TAG",
+        help="newest wheel platform tag the target runs (default: manylinux_2_34_<arch>)",
+    )
+    p.add_argument(
+        "--index-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="first is the index, the rest extra indexes "
+        "(default: the variant's PyTorch index, then PyPI)",
+    )
+    p.add_argument("--find-links", action="append", default=[], metavar="DIR_OR_URL")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="one lock: write it here")

@@ -1,0 +1,276 @@
+"""Checks that used to pass whatever the node said, fed a broken node: the validation suite's
+torch NCCL check (validation/test_layer_python_ml.py) and the container_runtime Molecule
+verifier (molecule/container_runtime/tests/), through canned command output."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from nodeforge.lock import Lock, Locked, LockHeader
+from tests.canned import CannedHost, CannedResult
+from tests.conftest import REPO
+
+
+def _load(relative: str, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO / relative)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+verifier = _load(
+    "molecule/container_runtime/tests/test_role_container_runtime.py", "molecule_container_runtime"
+)
+
+
+# --- validation/test_layer_python_ml.py: torch's NCCL against the lock -----------------------
+
+
+def _lock(variant: str, *pins: tuple[str, str]) -> Lock:
+    header = LockHeader(
+        stack="hopper-2026.11",
+        environment="train",
+        python="3.12",
+        platform="manylinux_2_34_x86_64",
+        torch_variant=variant,
+        index_urls=["https://pypi.org/simple"],
+        locked="2026-12-03T10:00:00Z",
+    )
+    torch = f"2.13.0+{variant}"
+    return Lock(
+        header,
+        tuple(Locked(name=n, version=v, hashes=["0" * 64]) for n, v in [("torch", torch), *pins]),
+    )
+
+
+@pytest.fixture(scope="module")
+def python_ml(pytestconfig: pytest.Config) -> ModuleType:
+    # its marks (layer, stage, gpu) are the suite's, registered by the suite's conftest
+    _load("validation/conftest.py", "validation_conftest").pytest_configure(pytestconfig)
+    return _load("validation/test_layer_python_ml.py", "validation_python_ml")
+
+
+def _torch_nccl(module: ModuleType, found: str | None, lock: Lock) -> dict[str, Any]:
+    recorded: dict[str, Any] = {}
+
+    def record(name: str, value: Any) -> None:
+        recorded[name] = value
+
+    reports = {"train": ({"torch": "2.13.0", "torch.cuda.nccl": found}, lock)}
+    module.test_torch_carries_the_locked_nccl(reports, record)
+    return recorded
+
+
+CUDA_LOCK = _lock("cu126", ("nvidia-nccl-cu12", "2.27.3"))
+
+
+def test_torch_nccl_at_the_locked_version_passes(python_ml: ModuleType) -> None:
+    assert _torch_nccl(python_ml, "2.27.3", CUDA_LOCK) == {
+        "declared": {"train": "2.27.3"},
+        "actual": {"train": "2.27.3"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("found", "lock"),
+    [
+        # torch loads another NCCL than its locked wheel (a stray LD_LIBRARY_PATH, a system one)
+        ("2.21.5", CUDA_LOCK),
+        # a CPU torch where the lock says CUDA
+        (None, CUDA_LOCK),
+        # a CUDA torch where the lock says CPU
+        ("2.27.3", _lock("cpu")),
+    ],
+)
+def test_torch_nccl_off_the_lock_fails(
+    python_ml: ModuleType, found: str | None, lock: Lock
+) -> None:
+    with pytest.raises(AssertionError):
+        _torch_nccl(python_ml, found, lock)
+
+
+def test_cpu_torch_without_nccl_passes(python_ml: ModuleType) -> None:
+    assert _torch_nccl(python_ml, None, _lock("cpu"))["declared"] == {"train": None}
+
+
+def test_a_cuda_lock_without_the_nccl_wheel_fails_by_name(python_ml: ModuleType) -> None:
+    with pytest.raises(AssertionError, match="the lock has no nvidia-nccl-cu12 for torch cu126"):
+        _torch_nccl(python_ml, "2.27.3", _lock("cu126"))
+
+
+# --- molecule/container_runtime: containerd as the role leaves it -------------------------------
+
+DEBIAN_SOURCE = "http://deb.debian.org/debian trixie/main amd64 Packages"
+DOCKER_SOURCE = "https://download.docker.com/linux/debian trixie/stable amd64 Packages"
+MIRROR_SOURCE = (
+    "http://127.0.0.1:39129/nvidia.github.io/libnvidia-container/stable/deb/amd64  Packages"
+)
+SOURCES = f"""Package files:
+ 100 /var/lib/dpkg/status
+     release a=now
+ 500 {MIRROR_SOURCE}
+     release o=https://nvidia.github.io/libnvidia-container/stable,l=libnvidia-container,c=
+     origin 127.0.0.1
+ 500 {DOCKER_SOURCE}
+     release o=Docker,a=trixie,n=trixie,l=Docker CE,c=stable,b=amd64
+     origin download.docker.com
+ 500 {DEBIAN_SOURCE}
+     release v=13.8,o=Debian,a=stable,n=trixie,l=Debian,c=main,b=amd64
+     origin deb.debian.org
+"""
+VERSION = "1.7.24~ds1-6+deb13u1"
+
+
+def _policy(installed_from: str) -> str:
+    """containerd's policy: Debian's build and a third-party one, `installed_from` installed."""
+    debian, docker = ("***", "   ") if installed_from == "debian" else ("   ", "***")
+    return f"""containerd:
+  Installed: {VERSION if installed_from == "debian" else "1.7.28-1~debian.13~trixie"}
+  Candidate: 1.7.28-1~debian.13~trixie
+  Version table:
+ {docker} 1.7.28-1~debian.13~trixie 500
+        500 {DOCKER_SOURCE}
+        100 /var/lib/dpkg/status
+ {debian} {VERSION} 500
+        500 {DEBIAN_SOURCE}
+"""
+
+
+def _engine_host(installed_from: str) -> CannedHost:
+    return CannedHost(
+        {
+            "dpkg-query --show --showformat='${db:Status-Status}' containerd": "installed",
+            "systemctl is-enabled containerd.service": "enabled\n",
+            "apt-cache policy containerd": _policy(installed_from),
+            "apt-cache policy": SOURCES,
+        }
+    )
+
+
+def test_containerd_from_debian_passes() -> None:
+    verifier.test_containerd_from_debian_enabled(_engine_host("debian"))
+
+
+def test_containerd_from_a_third_party_repository_fails() -> None:
+    # the old check passed this: the policy mentions "debian" all over
+    with pytest.raises(AssertionError, match=r"containerd comes from \{'Docker'\}"):
+        verifier.test_containerd_from_debian_enabled(_engine_host("docker"))
+
+
+def _running_host(state: str, revision: str = VERSION) -> CannedHost:
+    return CannedHost(
+        {
+            "systemctl is-active containerd.service": f"{state}\n",
+            "journalctl -u containerd.service -n 5 --no-pager": "containerd: exit status 1",
+            "ctr version": f"Client:\n  Version:  1.7.24~ds1\n  Revision: {revision}\n\n"
+            f"Server:\n  Version:  1.7.24~ds1\n  Revision: {revision}\n  UUID: x\n",
+            "dpkg-query --show --showformat='${Version}' containerd": VERSION,
+        }
+    )
+
+
+def test_containerd_running_the_installed_build_passes() -> None:
+    verifier.test_containerd_runs_the_installed_build(_running_host("active"))
+
+
+def test_containerd_not_running_fails_rather_than_skips() -> None:
+    with pytest.raises(AssertionError, match="containerd is failed: containerd: exit status 1"):
+        verifier.test_containerd_runs_the_installed_build(_running_host("failed"))
+
+
+def test_containerd_running_another_build_fails() -> None:
+    with pytest.raises(AssertionError):
+        verifier.test_containerd_runs_the_installed_build(_running_host("active", "1.6.20~ds1-1"))
+
+
+PLUGINS = """TYPE                                   ID                       PLATFORMS      STATUS
+io.containerd.internal.v1              opt                      -              ok
+io.containerd.grpc.v1                  cri                      linux/amd64    {status}
+"""
+
+
+def _plugins_host(status: str) -> CannedHost:
+    return CannedHost(
+        {
+            "ctr plugins ls": PLUGINS.format(status=status),
+            "journalctl -u containerd.service --no-pager -g 'failed to load plugin'": (
+                'msg="failed to load plugin io.containerd.grpc.v1.cri" error="invalid plugin '
+                "config: no corresponding runtime configured in `containerd.runtimes` for "
+                '`containerd` `default_runtime_name = \\"runc\\""'
+            ),
+        }
+    )
+
+
+def test_cri_plugin_loaded_passes() -> None:
+    verifier.test_cri_plugin_loads(_plugins_host("ok"))
+
+
+def test_cri_plugin_in_error_fails_with_containerd_s_reason() -> None:
+    with pytest.raises(pytest.fail.Exception, match=r"the CRI plugin is error: .*runc"):
+        verifier.test_cri_plugin_loads(_plugins_host("error"))
+
+
+def _dump(runtimes: str) -> CannedHost:
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    runc = f"""
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+"""
+    nvidia = f"""
+[{cri}.containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+  [{cri}.containerd.runtimes.nvidia.options]
+    BinaryName = "/usr/bin/nvidia-container-runtime"
+"""
+    dump = f"""version = 2
+[{cri}]
+  enable_cdi = true
+  [{cri}.cni]
+    bin_dir = "/usr/lib/cni"
+  [{cri}.containerd]
+    default_runtime_name = "runc"
+{runc if "runc" in runtimes else ""}{nvidia if "nvidia" in runtimes else ""}"""
+    return CannedHost({"containerd config dump": dump})
+
+
+def test_effective_configuration_with_both_runtimes_passes() -> None:
+    verifier.test_nvidia_runtime_in_the_effective_configuration(_dump("runc nvidia"))
+
+
+def test_effective_configuration_that_lost_the_default_runtime_fails() -> None:
+    # what the old check passed: the nvidia runtime is there, the CRI plugin cannot load
+    with pytest.raises(AssertionError, match=r"default runtime runc is not among \['nvidia'\]"):
+        verifier.test_nvidia_runtime_in_the_effective_configuration(_dump("nvidia"))
+
+
+def test_effective_configuration_without_the_nvidia_runtime_fails() -> None:
+    with pytest.raises(AssertionError):
+        verifier.test_nvidia_runtime_in_the_effective_configuration(_dump("runc"))
+
+
+def _ctk(version: str) -> CannedHost:
+    answers: dict[str, str | CannedResult] = {
+        "nvidia-ctk --version": f"NVIDIA Container Toolkit CLI version {version}\ncommit: x\n"
+    }
+    for package in verifier.PACKAGES:
+        answers[f"dpkg-query --show --showformat='${{Version}}' {package}"] = verifier.TOOLKIT
+        answers[f"dpkg-query --show --showformat='${{db:Status-Status}}' {package}"] = "installed"
+    return CannedHost(answers)
+
+
+def test_toolkit_version_comes_from_the_scenario() -> None:
+    converge = (REPO / "molecule/container_runtime/converge.yml").read_text(encoding="utf-8")
+    assert f'container_runtime_toolkit_version: "{verifier.TOOLKIT}"' in converge
+    verifier.test_toolkit_at_the_stack_version(_ctk(verifier.TOOLKIT.rsplit("-", 1)[0]))
+
+
+def test_toolkit_cli_of_another_release_fails() -> None:
+    # the old check passed "version 1.18.0" inside "version 1.18.0-rc.2"
+    with pytest.raises(AssertionError):
+        verifier.test_toolkit_at_the_stack_version(_ctk(f"{verifier.TOOLKIT.split('-')[0]}-rc.2"))
