@@ -40,7 +40,7 @@ class InputError(Exception):
             where += ": "
         field = f"field '{self.field}': " if self.field else ""
         fix = f" Fix: {self.fix}" if self.fix else ""
-        text = f"{where}{field}{self.message}.{fix}".replace("..", ".")
+        text = f"{where}{field}{self.message.rstrip('.')}.{fix}"
         return " ".join(text.split())  # one paragraph, whatever a parser put in its message
 
 

@@ -68,13 +68,20 @@ class Context:
 
 
 def _base(c: Context) -> Inputs:
+    # None where the OS lacks the image's architecture: rule `arch` refuses that target, so
+    # render never emits it, but check and show still ask every input's owner
     os_arch = c.target.os_arch
-    assert os_arch is not None  # rule `arch`: the OS has the image's architecture
     kernel = "the OS entry's architectures.<arch>.kernel"
     return {
         "base_mode": (c.mode, MODE),
-        "base_kernel_image_packages": ([os_arch.kernel.image_package], kernel),
-        "base_kernel_headers_packages": (list(os_arch.kernel.headers_packages), kernel),
+        "base_kernel_image_packages": (
+            [os_arch.kernel.image_package] if os_arch else None,
+            kernel,
+        ),
+        "base_kernel_headers_packages": (
+            list(os_arch.kernel.headers_packages) if os_arch else None,
+            kernel,
+        ),
     }
 
 
@@ -105,8 +112,9 @@ def _nvidia_driver(c: Context) -> Inputs:
 
 def _nvidia_fabric(c: Context) -> Inputs:
     driver, interconnect = c.target.stack.driver, c.target.profile.interconnect
-    packages = c.target.fabric_packages()
-    assert packages is not None  # rule `fabric-naming`: compat.yml names them for the branch
+    # {} where compat.yml names no packages for the branch: rule `fabric-naming` refuses that
+    # target, so render never emits it, but check and show still ask every input's owner
+    packages = c.target.fabric_packages() or {}
     owner = "the profile's interconnect"
     return {
         "nvidia_fabric_mode": (c.mode, MODE),
@@ -116,10 +124,10 @@ def _nvidia_fabric(c: Context) -> Inputs:
         "nvidia_fabric_nvlsm": (interconnect.nvlsm, owner),
         "nvidia_fabric_imex": (interconnect.imex, owner),
         "nvidia_fabric_fabric_manager_package": (
-            packages["fabric_manager"],
+            packages.get("fabric_manager"),
             "compat.yml fabric_naming",
         ),
-        "nvidia_fabric_imex_package": (packages["imex"], "compat.yml fabric_naming"),
+        "nvidia_fabric_imex_package": (packages.get("imex"), "compat.yml fabric_naming"),
     }
 
 
