@@ -344,11 +344,6 @@ def test_reader_gone_before_the_first_line(tmp_path: Path) -> None:
     assert err == ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with stdout closed (`nodeforge list >&-`) sys.stdout is None and list_entries "
-    "raises AttributeError: 'NoneType' object has no attribute 'write' (a traceback, exit 1)",
-)
 def test_closed_stdout_is_one_line(tmp_path: Path) -> None:
     result = _nodeforge(f"list --catalog {SHIPPED} >&-", tmp_path)
     assert result.returncode == 2

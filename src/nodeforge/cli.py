@@ -51,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # a CI runner's SIGTERM cleans up like Ctrl-C: containers removed, nothing half-tagged
     signal.signal(signal.SIGTERM, _interrupt)
+    if sys.stdout is None:  # started with stdout closed (`>&-`): nowhere to answer
+        print("nodeforge: error: standard output is closed", file=sys.stderr)
+        return EXIT_INPUT
     try:
         code = _run(args, sys.stdout)
         sys.stdout.flush()  # here, not at exit: a full disk is an error of this command
