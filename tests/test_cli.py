@@ -265,7 +265,10 @@ def test_build_aws_human_output(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--target", "local", "--region", "us-east-1", "--dry-run"], "--region, --dry-run only"),
+        (
+            ["--target", "local", "--region", "us-east-1", "--dry-run"],
+            "--region and --dry-run only work with",
+        ),
         (["--target", "local", "--promote"], "field '--promote'"),
         (["--target", "aws", "--reconverge"], "--reconverge only works with --target local"),
         (["--target", "aws", "--promote"], "--promote needs the pipeline settings"),

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from nodeforge.catalog.loader import Catalog, load_catalog
+from nodeforge.catalog.models import RESERVED_VARS
 from nodeforge.errors import InputError
-from nodeforge.render import RESERVED_VARS, load_overrides, manifest_document, render, to_json
+from nodeforge.render import load_overrides, manifest_document, render, to_json
 from nodeforge.target import target_for
 from tests.conftest import Edit
 

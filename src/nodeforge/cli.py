@@ -116,7 +116,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
         if command == "promote":
             return aws_commands.promote(catalog, args, out)
-        return aws_commands.prune(args, out)
+        return aws_commands.prune(catalog, args, out)
     from nodeforge.commands import lock as lock_commands
 
     return lock_commands.lock(catalog, args, out)

@@ -43,7 +43,6 @@ from nodeforge.target import Target
 # 2: the image-level manifest (`nodeforge_manifest`) joined the resolved vars.
 # 3: every role input is derived here (rolevars.py); compat's driver/CUDA table left the facts.
 SCHEMA_VERSION = 3
-RESERVED_VARS = frozenset({"nodeforge", "nodeforge_manifest", "nodeforge_mode"})
 Mode = Literal["image", "node"]
 _DEB_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 
@@ -131,14 +130,6 @@ def _layered(
     merged: dict[str, Any] = {}
     layering: list[str] = []
     for layer, path, layer_vars in _layers(catalog, target, profile, overrides, overrides_path):
-        reserved = RESERVED_VARS & layer_vars.keys()
-        if reserved:
-            raise InputError(
-                f"'{sorted(reserved)[0]}' is reserved for the catalog facts",
-                file=path,
-                field=f"vars.{sorted(reserved)[0]}",
-                fix="rename the variable",
-            )
         merged.update(layer_vars)
         layering.append(f"{layer} ({_relative(path, catalog.root)})")
     return merged, layering

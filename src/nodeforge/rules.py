@@ -102,7 +102,14 @@ def _cuda_sm(t: Target) -> Iterator[Problem]:
                 f"use CUDA {min_cuda} or newer in the stack",
             )
         family = t.compat.cuda_family(toolkit)
-        if family is not None and sm < Version(family.min_sm):
+        if family is None:
+            yield Problem(
+                f"CUDA {toolkit.major} is not in compat.yml cuda_families, so its oldest SM "
+                "is unknown",
+                f"add CUDA {toolkit.major}'s min_sm and min_driver_branch to compat.yml "
+                "cuda_families",
+            )
+        elif sm < Version(family.min_sm):
             yield Problem(
                 f"CUDA {toolkit.major} no longer compiles for sm_{sm.major}{sm.minor} "
                 f"(oldest is sm_{family.min_sm.replace('.', '')})",
@@ -267,6 +274,13 @@ def _nvidia_repo(t: Target) -> Iterator[Problem]:
         yield Problem(
             f"NVIDIA publishes no CUDA repository for {t.os.name} {t.image.arch}",
             "use an OS that has one (ubuntu22.04, ubuntu24.04, al2023), or distro packages",
+        )
+    cuda = t.stack.repositories.get("cuda")
+    if uses_repo and t.os.package_family == "dnf" and cuda is not None and cuda.rpm_key is None:
+        yield Problem(
+            f"stack {t.stack.name}'s repositories.cuda has no rpm_key: NVIDIA signs its rpm "
+            f"repositories with another key than its apt ones, and {t.os.name} uses dnf",
+            "add repositories.cuda.rpm_key (the key_url and gpg_fingerprint of the rpm key)",
         )
 
 

@@ -93,28 +93,25 @@ class Target:
 def targets(catalog: Catalog, images: list[str] | None = None) -> list[Target]:
     """Every (image, profile) pair of the named images, or of all images."""
     names = images if images else sorted(catalog.images)
-    for name in names:
-        if name not in catalog.images:
-            raise InputError(
-                f"unknown image '{name}'",
-                file=catalog.root,
-                fix=f"use one of: {', '.join(sorted(catalog.images))} (nodeforge list)",
-            )
+    chosen = [image_of(catalog, name) for name in names]
     return [
-        target_for(catalog, name, profile)
-        for name in names
-        for profile in catalog.images[name].profiles
+        target_for(catalog, image.name, profile) for image in chosen for profile in image.profiles
     ]
 
 
-def target_for(catalog: Catalog, image_name: str, profile_name: str | None) -> Target:
-    if image_name not in catalog.images:
+def image_of(catalog: Catalog, name: str) -> Image:
+    """The catalog's image of that name, or InputError with the names there are."""
+    if name not in catalog.images:
         raise InputError(
-            f"unknown image '{image_name}'",
+            f"unknown image '{name}'",
             file=catalog.root,
             fix=f"use one of: {', '.join(sorted(catalog.images))} (nodeforge list)",
         )
-    image = catalog.images[image_name]
+    return catalog.images[name]
+
+
+def target_for(catalog: Catalog, image_name: str, profile_name: str | None) -> Target:
+    image = image_of(catalog, image_name)
     if profile_name is None:
         if len(image.profiles) != 1:
             raise InputError(

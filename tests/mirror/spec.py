@@ -211,8 +211,16 @@ def ubuntu2404_packages() -> tuple[DebSpec, ...]:
     )
 
 
+# kernel-open/nvidia/nv-p2p.h: the version macro gdrdrv checks; no nvidia_p2p_* function is
+# declared, as the stand-in gdrdrv calls none (molecule/gdrcopy/prepare.yml writes the same).
 _P2P_HEADER = {
-    "nvidia/nv-p2p.h": "/* nodeforge test stub of nv-p2p.h: the peer-to-peer API gdrdrv uses */\n"
+    "nvidia/nv-p2p.h": (
+        "/* nodeforge test stand-in of the NVIDIA driver's kernel-open/nvidia/nv-p2p.h */\n"
+        "#ifndef _NV_P2P_H_\n"
+        "#define _NV_P2P_H_\n"
+        "#define NVIDIA_P2P_PAGE_TABLE_VERSION 0x00010002\n"
+        "#endif\n"
+    )
 }
 
 
@@ -446,6 +454,8 @@ EFA_KEY = "efa-installer.amazonaws.com/aws-efa-installer.key"
 def default_spec() -> MirrorSpec:
     return MirrorSpec(
         repositories=(
+            # NVIDIA's debian12 and debian13 repositories name the 580 packages alike
+            cuda_repo("debian12/x86_64", debian13_packages()),
             cuda_repo("debian13/x86_64", debian13_packages()),
             cuda_repo("ubuntu2404/x86_64", ubuntu2404_packages()),
             container_toolkit_repo(),

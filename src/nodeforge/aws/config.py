@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from nodeforge.catalog.loader import input_error_from
-from nodeforge.catalog.models import Model
+from nodeforge.catalog.models import Image, Model, unique
 from nodeforge.catalog.yamlfile import read_yaml
 from nodeforge.errors import InputError
 
@@ -33,7 +33,7 @@ class PipelineConfig(Model):
     ssh_user: str | None = None
     """Default: the OS entry's default_user."""
     share_accounts: list[Account] = Field(default_factory=list)
-    copy_regions: list[Region] = Field(default_factory=list)
+    copy_regions: Annotated[list[Region], AfterValidator(unique)] = Field(default_factory=list)
     ttl_minutes: int = Field(default=240, ge=10, le=7 * 24 * 60)
     """How long a reaper should let a validation instance live if nodeforge could not end it."""
     multinode: bool = False
@@ -54,7 +54,8 @@ class PipelineConfig(Model):
         return self
 
 
-def load_config(path: Path) -> PipelineConfig:
+def load_config(path: Path, image: Image) -> PipelineConfig:
+    """The settings file for one image: a capacity entry must name a profile of the image."""
     doc = read_yaml(path)
     if not isinstance(doc.data, dict):
         raise InputError(
@@ -64,6 +65,16 @@ def load_config(path: Path) -> PipelineConfig:
             fix="see docs/aws-pipeline.md for an example",
         )
     try:
-        return PipelineConfig.model_validate(doc.data)
+        config = PipelineConfig.model_validate(doc.data)
     except ValidationError as exc:
         raise input_error_from(exc, path, doc.line_of, doc.data) from None
+    for profile in config.capacity:
+        if profile not in image.profiles:
+            raise InputError(
+                f"'{profile}' is no profile of image {image.name}",
+                file=path,
+                field=f"capacity.{profile}",
+                line=doc.line_of(("capacity", profile)),
+                fix=f"name one of: {', '.join(image.profiles)}",
+            )
+    return config

@@ -246,7 +246,8 @@ def _load_extending(
         if parent is not None:
             if not isinstance(parent, str):
                 raise InputError(
-                    f"extends must name a {kind[:-1]} (a string), not {type(parent).__name__}",
+                    f"extends must name another {kind[:-1]} by its name (a string), "
+                    f"not {type(parent).__name__}",
                     file=doc.path,
                     field="extends",
                     line=doc.line_of(("extends",)),
@@ -336,7 +337,6 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 def _check_references(catalog: Catalog) -> None:
     for name, image in catalog.images.items():
-        path = catalog.file_of("images", name)
         refs: list[tuple[str, str, Mapping[str, object]]] = [
             ("os", image.os, catalog.os),
             ("stack", image.stack, catalog.stacks),
@@ -345,6 +345,7 @@ def _check_references(catalog: Catalog) -> None:
         for field_name, ref, table in refs:
             if ref not in table:
                 kind = {"os": "OS entry", "stack": "stack", "profiles": "profile"}[field_name]
+                path = _file_that_sets(catalog, name, field_name)
                 raise InputError(
                     f"names {kind} '{ref}', which is not in the catalog",
                     file=path,
@@ -352,3 +353,20 @@ def _check_references(catalog: Catalog) -> None:
                     line=read_yaml(path).line_of((field_name,)),
                     fix=f"use one of: {', '.join(sorted(table)) or '(none)'}",
                 )
+
+
+def _file_that_sets(catalog: Catalog, image: str, field_name: str) -> Path:
+    """The file of the image or of the `extends` parent whose own text sets the field: a wrong
+    value inherited by a child is the parent's to fix."""
+    path = catalog.file_of("images", image)
+    seen: set[Path] = set()
+    while path not in seen:
+        seen.add(path)
+        data = read_yaml(path).data
+        if not isinstance(data, dict) or field_name in data:
+            return path
+        parent = data.get("extends")
+        if not isinstance(parent, str) or parent not in catalog.images:
+            return path
+        path = catalog.file_of("images", parent)
+    return path

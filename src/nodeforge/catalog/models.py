@@ -67,15 +67,19 @@ def _fingerprint(value: str) -> str:
     return compact
 
 
-def _url(value: str) -> str:
+def _url_scheme(value: str) -> str:
     if not value.startswith(("https://", "http://", "s3://")):
         raise ValueError("expected an https://, http:// or s3:// URL")
-    return check_placeholders(value, URL_PLACEHOLDERS)
+    return value
+
+
+def _url(value: str) -> str:
+    return check_placeholders(_url_scheme(value), URL_PLACEHOLDERS)
 
 
 def _plain_url(value: str) -> str:
     """A URL used as it is (a mirror's base): no placeholders, no braces."""
-    return check_placeholders(_url(value), ())
+    return check_placeholders(_url_scheme(value), ())
 
 
 def _pci_id(value: str) -> str:
@@ -84,11 +88,16 @@ def _pci_id(value: str) -> str:
     return value
 
 
-def _var_names(value: dict[str, Any]) -> dict[str, Any]:
-    for key in value:
-        if not _VAR_NAME.match(key):
-            raise ValueError(f"variable name '{key}' must be snake_case, e.g. nvidia_driver_branch")
-    return value
+RESERVED_VARS = frozenset({"nodeforge", "nodeforge_manifest", "nodeforge_mode"})
+"""The keys `nodeforge render` writes itself: the catalog facts, the manifest, the mode."""
+
+
+def _var_name(key: str) -> str:
+    if not _VAR_NAME.match(key):
+        raise ValueError(f"variable name '{key}' must be snake_case, e.g. nvidia_driver_branch")
+    if key in RESERVED_VARS:
+        raise ValueError(f"'{key}' is reserved for the catalog facts: rename the variable")
+    return key
 
 
 Name = Annotated[str, AfterValidator(_name)]
@@ -98,10 +107,11 @@ Fingerprint = Annotated[str, AfterValidator(_fingerprint)]
 Url = Annotated[str, AfterValidator(_url)]
 PlainUrl = Annotated[str, AfterValidator(_plain_url)]
 PciId = Annotated[str, AfterValidator(_pci_id)]
-Vars = Annotated[dict[str, Any], AfterValidator(_var_names)]
+Vars = dict[Annotated[str, AfterValidator(_var_name)], Any]
 
 
-def _unique(value: list[Any]) -> list[Any]:
+def unique(value: list[Any]) -> list[Any]:
+    """A list validator: no item twice."""
     seen: set[Any] = set()
     for item in value:
         if item in seen:
@@ -352,7 +362,7 @@ class Driver(Model):
 
 
 class Cuda(Model):
-    toolkits: Annotated[list[VersionStr], AfterValidator(_unique)] = Field(min_length=1)
+    toolkits: Annotated[list[VersionStr], AfterValidator(unique)] = Field(min_length=1)
     default: VersionStr
     cudnn: VersionStr | None = None
     source: Literal["nvidia-repo", "distro"]
@@ -425,11 +435,21 @@ _LOCK_PATH = re.compile(
 )
 
 
+_NAME_MAX = 255
+"""Bytes in one file or folder name on Linux file systems (ext4, xfs: NAME_MAX)."""
+
+
 def _lock_path(value: str) -> str:
     if not _LOCK_PATH.match(value):
         raise ValueError(
             "expected a .txt file under locks/ in this catalog, such as "
             "locks/hopper/training-x86_64.txt (no '..', no absolute path)"
+        )
+    longest = max(value.split("/"), key=len)
+    if len(longest.encode()) > _NAME_MAX:
+        raise ValueError(
+            f"a name of {len(longest.encode())} bytes in the path: file systems allow "
+            f"{_NAME_MAX} per file or folder name"
         )
     return value
 
@@ -441,7 +461,7 @@ LockPath = Annotated[str, AfterValidator(_lock_path)]
 class PythonEnvironment(Model):
     """One virtual environment of the python_ml layer, installed from a hash-checked lock."""
 
-    frameworks: Annotated[list[Framework], AfterValidator(_unique)] = Field(min_length=1)
+    frameworks: Annotated[list[Framework], AfterValidator(unique)] = Field(min_length=1)
     locks: dict[Arch, LockPath] = Field(default_factory=dict)
     """The lock per architecture (`nodeforge lock` writes it); none yet: the layer refuses it."""
 
@@ -486,7 +506,7 @@ class Stack(Model):
     name: Name
     description: str
     extends: Name | None = None
-    architectures: Annotated[list[Arch], AfterValidator(_unique)] = Field(min_length=1)
+    architectures: Annotated[list[Arch], AfterValidator(unique)] = Field(min_length=1)
     driver: Driver
     cuda: Cuda
     nccl: Nccl
@@ -551,8 +571,8 @@ class Image(Model):
     os: Name
     arch: Arch
     stack: Name
-    profiles: Annotated[list[Name], AfterValidator(_unique)] = Field(min_length=1)
-    layers: Annotated[list[Layer], AfterValidator(_unique)] = Field(min_length=1)
+    profiles: Annotated[list[Name], AfterValidator(unique)] = Field(min_length=1)
+    layers: Annotated[list[Layer], AfterValidator(unique)] = Field(min_length=1)
     build: Build
     vars: Vars = Field(default_factory=dict)
 

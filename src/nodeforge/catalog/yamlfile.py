@@ -10,6 +10,9 @@ pure-Python parser is five times slower, too slow for large catalogs.
 from __future__ import annotations
 
 import math
+import os
+import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,14 @@ _Resolver.yaml_implicit_resolvers = {
 MAX_INT_DIGITS = 40
 
 
+class _NumberError(ConstructorError):
+    """A number JSON cannot carry; keeps its node so that the error can name the field."""
+
+    def __init__(self, problem: str, node: ScalarNode) -> None:
+        super().__init__(None, None, problem, node.start_mark)
+        self.node = node
+
+
 class _Constructor(SafeConstructor):
     """Strings for keys, no duplicate keys, and only numbers JSON can carry: the resolved vars
     are JSON, which has no infinity or NaN, and no catalog number needs 40 digits."""
@@ -47,17 +58,13 @@ class _Constructor(SafeConstructor):
     def construct_yaml_int(self, node: ScalarNode) -> int:
         digits = sum(c.isdigit() for c in str(node.value))
         if digits > MAX_INT_DIGITS:
-            raise ConstructorError(
-                None, None, f"a {digits}-digit number is out of range", node.start_mark
-            )
+            raise _NumberError(f"a {digits}-digit number is out of range", node)
         return int(super().construct_yaml_int(node))
 
     def construct_yaml_float(self, node: ScalarNode) -> float:
         value = float(super().construct_yaml_float(node))
         if not math.isfinite(value):
-            raise ConstructorError(
-                None, None, f"'{node.value}' is not a finite number", node.start_mark
-            )
+            raise _NumberError(f"'{node.value}' is not a finite number", node)
         return value
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -136,6 +143,20 @@ class YamlDocument:
         return line
 
 
+def _field_of(root: Node, target: Node) -> str | None:
+    """The dotted path (`build.volume_size_gib`, `gpus.0`) of a node, None at the root."""
+    stack: list[tuple[Node, tuple[str, ...]]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return ".".join(path) or None
+        if isinstance(node, MappingNode):
+            stack.extend((value, (*path, str(key.value))) for key, value in node.value)
+        elif isinstance(node, SequenceNode):
+            stack.extend((item, (*path, str(i))) for i, item in enumerate(node.value))
+    return None
+
+
 def _child(node: Node | None, part: int | str) -> tuple[Node, int] | None:
     """The child node at `part` and the line that names it (its key's line in a mapping)."""
     if isinstance(node, MappingNode):
@@ -148,14 +169,64 @@ def _child(node: Node | None, part: int | str) -> tuple[Node, int] | None:
     return None
 
 
-def read_bounded(path: Path, limit: int = MAX_FILE_BYTES, what: str = "catalog files") -> bytes:
+def _read_at_most(path: Path, size: int) -> bytes | None:
+    """Up to `size` bytes; None for a named pipe that nobody writes to.
+
+    A FIFO's plain open waits for a writer, forever if none comes. Opened without waiting, a
+    read answers at once: EOF while no writer is there, "would block" once one is (a shell's
+    `<(command)` or a writer that is just starting), and then the pipe is read as it arrives.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb", buffering=0) as stream:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            first = _first_from_pipe(fd, size)
+            if first is None:
+                return None
+        else:
+            first = b""
+        os.set_blocking(fd, True)
+        chunks = [first]
+        received = len(first)
+        while received < size:
+            chunk = stream.read(size - received)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            received += len(chunk)
+        return b"".join(chunks)
+
+
+_WRITER_WAIT_S = 0.5
+
+
+def _first_from_pipe(fd: int, size: int) -> bytes | None:
+    """The first bytes once a writer is there; None when none came within _WRITER_WAIT_S."""
+    deadline = time.monotonic() + _WRITER_WAIT_S
+    while True:
+        try:
+            data = os.read(fd, size)
+        except BlockingIOError:
+            return b""  # a writer holds the pipe: the blocking reads take it from here
+        if data:
+            return data
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+
+
+def read_bounded(path: Path, limit: int = MAX_FILE_BYTES, what: str = "YAML files") -> bytes:
     """The file's bytes, read at most `limit` + 1 of them: a pipe or a device (`/dev/zero`)
     has no size to check first, so the bound holds on what is read."""
     try:
-        with path.open("rb") as stream:
-            data = stream.read(limit + 1)
+        data = _read_at_most(path, limit + 1)
     except OSError as exc:
         raise InputError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
+    if data is None:
+        raise InputError(
+            "is a named pipe with no writer: reading it would wait forever",
+            file=path,
+            fix="give a regular file, or write to the pipe while nodeforge reads it",
+        )
     if len(data) > limit:
         raise InputError(
             f"larger than the {limit}-byte limit for {what}",
@@ -172,12 +243,21 @@ def read_yaml(path: Path) -> YamlDocument:
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 text (byte {exc.start})", file=path) from None
     loader: _Loader | None = None
+    root: Node | None = None
     try:
         loader = _Loader(text)
         root = loader.get_single_node()
         if root is not None:
             _check_tree(root)
         data = loader.construct_document(root) if root is not None else None
+    except _NumberError as exc:
+        raise InputError(
+            f"{exc.problem}",
+            file=path,
+            field=_field_of(root, exc.node) if root is not None else None,
+            line=exc.node.start_mark.line + 1,
+            fix="write a finite number in the field's range",
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"

@@ -46,7 +46,8 @@ def check_options(args: argparse.Namespace) -> None:
         ]
         if given:
             raise InputError(
-                f"{', '.join(given)} only work with --target aws",
+                f"{' and '.join(given)} only {'work' if len(given) > 1 else 'works'} with "
+                "--target aws",
                 field=given[0],
                 fix="drop them, or build an AMI with --target aws",
             )
@@ -168,7 +169,7 @@ def _promotion(
     work_dir: Path,
     progress: Callable[[str], None],
 ) -> _Promotion:
-    config = load_config(args.config)
+    config = load_config(args.config, targets[0].image)
     regions = args.region or [targets[0].image.build.region]
     if config.region not in regions:
         raise InputError(

@@ -22,6 +22,7 @@ from nodeforge.commands.common import checked_targets, stderr_progress
 from nodeforge.errors import EXIT_OK, EXIT_VIOLATIONS, InputError
 from nodeforge.render import to_json
 from nodeforge.table import text_table
+from nodeforge.target import image_of
 
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8,17}$")
 P = TypeVar("P", bound=argparse.ArgumentParser)
@@ -37,7 +38,7 @@ def promote(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         raise InputError(
             f"'{args.ami}' is not an AMI id", field="--ami", fix="pass an id like ami-0123abcd"
         )
-    config = load_config(args.config)
+    config = load_config(args.config, image_of(catalog, args.image))
     checked = checked_targets(catalog, args, "not promoted")
     if checked is None:
         return EXIT_VIOLATIONS
@@ -89,14 +90,14 @@ def promote(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     return code
 
 
-def prune(args: argparse.Namespace, out: TextIO) -> int:
+def prune(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     if args.keep < 1:
         raise InputError(
             f"--keep {args.keep} would leave no validated AMI",
             field="--keep",
             fix="keep at least 1",
         )
-    config = load_config(args.config)
+    config = load_config(args.config, image_of(catalog, args.image))
     try:
         result = prune_amis(
             clients_for(aws_session(config.region), config),

@@ -85,7 +85,9 @@ def _check_regions(regions: Sequence[str]) -> None:
     for region in regions:
         if not _REGION.match(region):
             raise InputError(
-                f"'{region}' is not an AWS region name", fix="use a name such as us-east-1"
+                f"'{region}' is not an AWS region name",
+                field="--region",
+                fix="use a name such as us-east-1",
             )
 
 
@@ -94,8 +96,8 @@ def _check_only(template: Template, only: Sequence[str]) -> None:
     for name in only:
         if name not in known:
             raise InputError(
-                f"-only name '{name}' is not a build of the templates",
-                file=template.directory,
+                f"'{name}' is not a build of the Packer templates in {template.directory}",
+                field="--only",
                 fix=f"use one of: {', '.join(known)}",
             )
 
