@@ -329,6 +329,7 @@ def request_for(
     platform: str | None = None,
     index_urls: tuple[str, ...] = (),
     find_links: tuple[str, ...] = (),
+    stack_file: Path | None = None,
 ) -> LockRequest:
     """The stack's own values, with the caller's overrides on top."""
     if stack.frameworks is None or environment not in stack.frameworks.environments:
@@ -336,6 +337,7 @@ def request_for(
         raise InputError(
             f"stack {stack.name} has no environment '{environment}'"
             + (f" (it has: {known})" if known else ""),
+            file=stack_file,
             field="frameworks.environments",
             fix="add it under frameworks.environments in the stack, or pick one it has",
         )

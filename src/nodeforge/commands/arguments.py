@@ -170,6 +170,12 @@ def _add_aws_build_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_pipeline_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config", type=Path, required=True, metavar="FILE", help="pipeline settings (YAML/JSON)"
+    )
+
+
 def _add_aws_parsers(sub: argparse._SubParsersAction[P], common: P) -> None:
     """`promote` and `prune` on the CLI's subparsers, with its common options."""
     p = sub.add_parser(
@@ -177,9 +183,7 @@ def _add_aws_parsers(sub: argparse._SubParsersAction[P], common: P) -> None:
     )
     p.add_argument("image")
     p.add_argument("--ami", required=True, metavar="AMI_ID", help="the AMI Packer built")
-    p.add_argument(
-        "--config", type=Path, required=True, metavar="FILE", help="pipeline settings (YAML/JSON)"
-    )
+    _add_pipeline_config(p)
     p.add_argument("--profile", help="validate on this profile only (default: all of the image's)")
     p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
     p.add_argument("--report-dir", type=Path, metavar="DIR", help="default: build/IMAGE/promote")
@@ -188,9 +192,7 @@ def _add_aws_parsers(sub: argparse._SubParsersAction[P], common: P) -> None:
     p = sub.add_parser("prune", parents=[common], help="deregister an image's old AMIs")
     p.add_argument("image")
     p.add_argument("--keep", type=int, required=True, metavar="N", help="validated AMIs to keep")
-    p.add_argument(
-        "--config", type=Path, required=True, metavar="FILE", help="pipeline settings (YAML/JSON)"
-    )
+    _add_pipeline_config(p)
     p.add_argument(
         "--dry-run", action="store_true", help="say what would go, and why the rest stays"
     )

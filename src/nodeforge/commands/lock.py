@@ -43,16 +43,6 @@ def lock(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
             field="frameworks.environments",
             fix="add frameworks.environments (e.g. train: {frameworks: [pytorch, ...]})",
         )
-    known = list(stack.frameworks.environments) if stack.frameworks else []
-    unknown = [name for name in environments if name not in known]
-    if unknown:
-        raise InputError(
-            f"--environment {unknown[0]}: stack {stack.name} has no such environment"
-            + (f" (it has: {', '.join(known)})" if known else ""),
-            file=stack_file,
-            field="frameworks.environments",
-            fix="pick one the stack has, or add it under frameworks.environments",
-        )
     if args.output is not None and len(environments) * len(arches) > 1:
         raise InputError(
             "-o writes one lock: name one --environment and one --arch with it",
@@ -74,6 +64,7 @@ def lock(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
                 platform=args.platform,
                 index_urls=tuple(args.index_url),
                 find_links=tuple(args.find_links),
+                stack_file=stack_file,
             )
             if args.output is None and request.overrides():
                 raise InputError(
