@@ -177,6 +177,7 @@ def no_aws(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith(("AWS_", "NODEFORGE_PACKER_DOUBLE_", "NODEFORGE_VALIDATION_")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("NODEFORGE_PACKER_DOUBLE_SHELL_LOCAL", "skip")
 
 
 def _pipeline_config(tmp_path: Path, region: str = "us-east-1") -> Path:

@@ -68,7 +68,6 @@ def test_one_stack_version_moves_exactly_its_inputs(shipped: Catalog) -> None:
     assert changed == {
         "nvidia_driver_version",
         "nvidia_fabric_driver_version",
-        "manifest_document",
     }
     assert after["nvidia_driver_version"] == after["nvidia_fabric_driver_version"] == "580.105.08"
 
@@ -80,10 +79,7 @@ def test_nccl_version_moves_nccl_only(shipped: Catalog) -> None:
     after = role_inputs(
         shipped, replace(target, stack=target.stack.model_copy(update={"nccl": nccl}))
     )
-    assert {name for name in before if before[name] != after[name]} == {
-        "nccl_version",
-        "manifest_document",
-    }
+    assert {name for name in before if before[name] != after[name]} == {"nccl_version"}
 
 
 def test_layers_off_get_no_inputs(shipped: Catalog) -> None:
@@ -95,7 +91,6 @@ def test_layers_off_get_no_inputs(shipped: Catalog) -> None:
         "base_refusals",
         "image_cleanup_mode",
         "image_cleanup_refusals",
-        "manifest_document",
     ]
 
 
@@ -130,11 +125,7 @@ def test_mirror_reaches_every_download_pip_included(shipped: Catalog) -> None:
     mirror = "http://127.0.0.1:8080/mirror"
     target = with_enroot(target_for(shipped, "p5-ubuntu24.04", "p5.48xlarge"))
     inputs = role_inputs(shipped, target, overrides=UserOverrides(mirror=mirror))
-    urls = [
-        value
-        for name, value in _flatten(inputs)
-        if isinstance(value, str) and "://" in value and not name.startswith("manifest_document")
-    ]
+    urls = [value for _, value in _flatten(inputs) if isinstance(value, str) and "://" in value]
     assert urls and all(url.startswith(f"{mirror}/") for url in urls), urls
     assert inputs["python_ml_index_urls"] == [
         f"{mirror}/download.pytorch.org/whl/cu126",

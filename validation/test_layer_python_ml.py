@@ -1,20 +1,21 @@
-"""python_ml layer: each environment against its lock from this repository, then torch on GPUs.
+"""python_ml layer: each environment against its lock in the catalog, then torch on GPUs.
 
-The expected versions are the repository's lock files (images/locks/, named by the stack in the
-resolved vars), never the copy the role leaves beside an environment.
+The expected versions are the catalog's lock files, where the resolved vars say the build took
+them from (`python_ml_environments`: the catalog in use, a `--catalog` copy included), never
+the copy the role leaves beside an environment.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nodeforge.catalog.models import Framework
 from nodeforge.lock import FRAMEWORK_DISTRIBUTIONS, Lock, canonical, read_lock, variant_cuda
-from nodeforge.paths import SHIPPED_CATALOG
 from nodeforge.probes import framework_report, run_python
 from nodeforge.report import not_applicable
 
@@ -62,10 +63,10 @@ def _prefix(resolved: dict[str, Any]) -> str:
     return prefix
 
 
-def _lock(nodeforge: dict[str, Any], name: str, environment: dict[str, Any]) -> Lock:
-    relative = environment["locks"].get(nodeforge["arch"])
-    assert relative, f"environment {name} has no lock for {nodeforge['arch']} in the stack"
-    return read_lock(SHIPPED_CATALOG / relative)
+def _lock(resolved: dict[str, Any], name: str) -> Lock:
+    locks = {e["name"]: e["lock"] for e in resolved.get("python_ml_environments", [])}
+    assert name in locks, f"environment {name} has no lock for this architecture in the stack"
+    return read_lock(Path(locks[name]))
 
 
 def _report(host: Any, python: str, frameworks: list[Framework]) -> dict[str, Any]:
@@ -81,7 +82,7 @@ def reports(host: Any, resolved: dict[str, Any], nodeforge: dict[str, Any]) -> d
     return {
         name: (
             _report(host, f"{_prefix(resolved)}/{name}/bin/python", environment["frameworks"]),
-            _lock(nodeforge, name, environment),
+            _lock(resolved, name),
         )
         for name, environment in environments.items()
     }

@@ -31,6 +31,19 @@ build {
     extra_arguments  = ["--extra-vars", "@${var.vars_file}"]
   }
 
+  # The build stage of validation/ against the builder, before the AMI is registered: a failing
+  # check fails the build and no AMI exists (src/nodeforge/packer/builder_check.py). The checks
+  # reach the builder over SSH, with the address and temporary key Packer connects with.
+  provisioner "shell-local" {
+    environment_vars = [
+      "NODEFORGE_BUILDER_HOST=${build.Host}",
+      "NODEFORGE_BUILDER_PORT=${build.Port}",
+      "NODEFORGE_BUILDER_USER=${build.User}",
+      "NODEFORGE_BUILDER_SSH_KEY=${build.SSHPrivateKey}",
+    ]
+    inline = [var.builder_check_command]
+  }
+
   post-processor "manifest" {
     output     = var.manifest_path
     strip_path = true

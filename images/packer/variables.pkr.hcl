@@ -61,6 +61,11 @@ variable "vars_file" {
   description = "Absolute path of the resolved vars (nodeforge render) handed to ansible-playbook."
 }
 
+variable "builder_check_command" {
+  type        = string
+  description = "The command line (shell-quoted) that runs validation's build stage against the builder before the AMI is registered."
+}
+
 variable "ami_name" {
   type        = string
   description = "Unique AMI name: image, stack and a UTC timestamp."

@@ -6,8 +6,9 @@ group_vars, a role's vars/) computes them again. Each input names the catalog fi
 it: a layered `vars:` entry that sets one is refused with that name (render.py), since it would
 reach the node without passing the rules.
 
-Inputs are emitted for the layers the image enables, and the manifest's always. A layer whose
-stack section is missing gets none: rule `layer-section` refuses that target before any render.
+Inputs are emitted for the layers the image enables. The manifest role takes the document's own
+`nodeforge_manifest` (its default), which is written once. A layer whose stack section is
+missing gets none: rule `layer-section` refuses that target before any render.
 """
 
 from __future__ import annotations
@@ -291,10 +292,6 @@ def _enroot(c: Context) -> Inputs:
     }
 
 
-def _manifest(c: Context) -> Inputs:
-    return {"manifest_document": (dict(c.manifest), "the image, its OS and its stack")}
-
-
 def _image_cleanup(c: Context) -> Inputs:
     return {"image_cleanup_mode": (c.mode, MODE)}
 
@@ -320,7 +317,7 @@ LAYER_INPUTS: Mapping[str, Callable[[Context], Inputs]] = {
 
 def role_inputs(c: Context) -> Inputs:
     """Every role input of the target's enabled layers, with its owner."""
-    inputs = _manifest(c)
+    inputs: Inputs = {}
     layers = c.target.image.layers
     for layer in layers:
         inputs |= LAYER_INPUTS[layer](c) | c.refused(layer)

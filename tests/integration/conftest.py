@@ -61,6 +61,44 @@ def local_image() -> str:
     return LOCAL_IMAGE_REF
 
 
+def build_containers() -> list[str]:
+    """The local builds' containers that exist now (a finished build leaves none)."""
+    if shutil.which("podman") is None:
+        return []
+    listed = subprocess.run(
+        ["podman", "ps", "--all", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [n for n in listed.stdout.split() if n.startswith("nodeforge-build-")]
+
+
+def image_id(ref: str) -> str | None:
+    """The image id behind a tag, None when there is no such tag."""
+    found = subprocess.run(
+        ["podman", "image", "inspect", "--format", "{{.Id}}", ref],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+def nodeforge_cli(
+    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`nodeforge ARGS` in a child process, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "nodeforge.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def run_playbook(
     container: str, playbook: str, work_dir: Path, extra_vars: dict[str, Any] | None = None
 ) -> subprocess.CompletedProcess[str]:

@@ -233,8 +233,19 @@ def booted(local_image: str) -> Iterator[str]:
         yield container.name
 
 
-def _stand_in(container: str, stage: str) -> dict[str, str]:
-    return {"hosts": f"podman://{container}", "image": LOCAL_IMAGE, "stage": stage}
+def _stand_in(container: str, stage: str, builder: str | None = None) -> dict[str, str]:
+    """Validation on `container` in place of the instances, and on `builder` (default: the
+    same container) in place of Packer's builder."""
+    stand_in = {"hosts": f"podman://{container}", "image": LOCAL_IMAGE, "stage": stage}
+    if builder is not None:
+        stand_in["builder_hosts"] = f"podman://{builder}"
+    return stand_in
+
+
+def _builder_report(account: Account) -> dict[str, Any]:
+    path = account.work_dir / IMAGE / f"validation-builder-{REGION}" / "validation-build.json"
+    report: dict[str, Any] = json.loads(path.read_text())
+    return report
 
 
 def _failed_checks(report: Path) -> str:
@@ -271,6 +282,10 @@ def test_build_promote_publish_then_prune(account: Account, unbooted: str) -> No
     )
     assert checks["ok"] is True
     assert {c["host"] for c in checks["checks"]} == {unbooted}
+    # the builder passed validation's build stage before the AMI was registered
+    builder = _builder_report(account)
+    assert builder["ok"] is True
+    assert {c["host"] for c in builder["checks"]} == {unbooted}
 
     second = _promoted(account, unbooted)
     assert account.published() == {PUBLISHED: second}
@@ -296,8 +311,23 @@ def test_build_promote_publish_then_prune(account: Account, unbooted: str) -> No
     assert account.published() == {PUBLISHED: second}
 
 
-def test_failed_validation_retires_the_ami(account: Account, booted: str) -> None:
-    done = account.build(_stand_in(booted, "target"), as_json=False)
+def test_failed_builder_check_registers_no_ami(
+    account: Account, unbooted: str, booted: str
+) -> None:
+    # a booted builder fails the build stage's hygiene checks: Packer fails before the AMI
+    done = account.build(_stand_in(unbooted, "build", builder=booted), as_json=False)
+
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Erroneous exit code 1" in done.stderr
+    assert account.amis() == []
+    report = _builder_report(account)
+    assert report["ok"] is False
+    assert {c["host"] for c in report["checks"]} == {booted}
+    assert account.published() == {}
+
+
+def test_failed_validation_retires_the_ami(account: Account, unbooted: str, booted: str) -> None:
+    done = account.build(_stand_in(booted, "target", builder=unbooted), as_json=False)
 
     assert done.returncode == 1, done.stderr[-3000:]
     [ami] = account.amis()
@@ -313,12 +343,12 @@ def test_failed_validation_retires_the_ami(account: Account, booted: str) -> Non
 
 
 def test_interrupt_after_launch_leaves_nothing_running_or_published(
-    account: Account, booted: str
+    account: Account, unbooted: str, booted: str
 ) -> None:
     process = subprocess.Popen(
         account.argv(*account.build_args()),
         cwd=REPO,
-        env=account.env(_stand_in(booted, "target")),
+        env=account.env(_stand_in(booted, "target", builder=unbooted)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

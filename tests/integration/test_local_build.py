@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -16,45 +15,17 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, SHIPPED
-from tests.integration.conftest import LOCAL_IMAGE_REF, local_image_group, require_podman
+from tests.integration.conftest import (
+    LOCAL_IMAGE_REF,
+    build_containers,
+    image_id,
+    local_image_group,
+    nodeforge_cli,
+    require_podman,
+)
 from tests.mirror import build_mirror, default_spec, serve, write_overrides, write_stack_overlay
 
 pytestmark = local_image_group
-
-
-def _nodeforge(
-    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nodeforge.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
-def _build_containers() -> list[str]:
-    if shutil.which("podman") is None:
-        return []
-    listed = subprocess.run(
-        ["podman", "ps", "--all", "--format", "{{.Names}}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return [n for n in listed.stdout.split() if n.startswith("nodeforge-build-")]
-
-
-def _image_id(ref: str) -> str | None:
-    found = subprocess.run(
-        ["podman", "image", "inspect", "--format", "{{.Id}}", ref],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return found.stdout.strip() if found.returncode == 0 else None
 
 
 # ---------------------------------------------------------------- bad input, no container needed
@@ -93,8 +64,8 @@ def test_checksum_mismatch_stops_before_any_container(
     data = bytearray(tarball.read_bytes())
     data[100] ^= 0xFF
     tarball.write_bytes(bytes(data))
-    before = _build_containers()
-    result = _nodeforge(
+    before = build_containers()
+    result = nodeforge_cli(
         "build",
         "local-artifacts",
         "--target",
@@ -112,14 +83,14 @@ def test_checksum_mismatch_stops_before_any_container(
     assert (tmp_path / "work" / "artifacts" / "aws-efa-installer-1.51.0.tar.gz").exists()
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "work" / "artifacts" / "v2.5.1.tar.gz").exists()
-    assert _build_containers() == before
+    assert build_containers() == before
 
 
 def test_mirror_down(artifact_catalog: tuple[Path, Path, Path], tmp_path: Path) -> None:
     catalog, _, _ = artifact_catalog
     dead = tmp_path / "dead-mirror.yml"
     dead.write_text("mirror: http://127.0.0.1:9/\n", encoding="utf-8")
-    result = _nodeforge(
+    result = nodeforge_cli(
         "build",
         "local-artifacts",
         "--target",
@@ -137,23 +108,27 @@ def test_mirror_down(artifact_catalog: tuple[Path, Path, Path], tmp_path: Path) 
 
 
 def test_unknown_image_and_profile() -> None:
-    result = _nodeforge("build", "local-debian99", "--target", "local")
+    result = nodeforge_cli("build", "local-debian99", "--target", "local")
     assert result.returncode == 2
     assert "unknown image 'local-debian99'" in result.stderr
-    result = _nodeforge("build", "local-debian13", "--target", "local", "--profile", "p5.48xlarge")
+    result = nodeforge_cli(
+        "build", "local-debian13", "--target", "local", "--profile", "p5.48xlarge"
+    )
     assert result.returncode == 2
     assert "not a target of image 'local-debian13'" in result.stderr
 
 
 def test_non_debian_image_is_refused() -> None:
-    result = _nodeforge("build", "p5-ubuntu24.04", "--target", "local", "--profile", "p5.48xlarge")
+    result = nodeforge_cli(
+        "build", "p5-ubuntu24.04", "--target", "local", "--profile", "p5.48xlarge"
+    )
     assert result.returncode == 2
     assert "local builds need a Debian 12 or 13 base image" in result.stderr
 
 
 def test_podman_missing(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
-    result = _nodeforge(
+    result = nodeforge_cli(
         "build", "local-debian13", "--target", "local", "--work-dir", str(tmp_path), env=env
     )
     assert result.returncode == 2
@@ -164,35 +139,9 @@ def test_podman_missing(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- real builds
 
 
-def test_build_reconverges_to_zero_changes(tmp_path: Path) -> None:
-    require_podman()
-    result = _nodeforge(
-        "build",
-        "local-debian13",
-        "--target",
-        "local",
-        "--reconverge",
-        "--json",
-        "--work-dir",
-        str(tmp_path),
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads(result.stdout)
-    assert summary["image_ref"] == LOCAL_IMAGE_REF
-    assert summary["changed"] > 0
-    assert summary["reconverge"]["changed"] == 0
-    assert summary["validation"]["failed"] == 0
-    assert summary["validation"]["passed"] >= 10
-    assert summary["bom"]["kernel"].startswith("linux-image-cloud-amd64 ")
-    assert _image_id(LOCAL_IMAGE_REF) is not None
-    assert _build_containers() == []
-    # live progress went to stderr, task by task
-    assert "base : Packages | install what is missing" in result.stderr
-
-
 def test_ctrl_c_leaves_no_container_and_no_new_tag(tmp_path: Path) -> None:
     require_podman()
-    before = _image_id(LOCAL_IMAGE_REF)
+    before = image_id(LOCAL_IMAGE_REF)
     process = subprocess.Popen(
         [
             sys.executable,
@@ -215,9 +164,9 @@ def test_ctrl_c_leaves_no_container_and_no_new_tag(tmp_path: Path) -> None:
     for line in process.stderr:
         if "[  5]" in line or time.monotonic() > deadline:
             break
-    assert _build_containers(), "the build should be converging a container by now"
+    assert build_containers(), "the build should be converging a container by now"
     process.send_signal(signal.SIGINT)
     process.communicate(timeout=120)
     assert process.returncode == 130
-    assert _build_containers() == []
-    assert _image_id(LOCAL_IMAGE_REF) == before
+    assert build_containers() == []
+    assert image_id(LOCAL_IMAGE_REF) == before

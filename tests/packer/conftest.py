@@ -28,6 +28,8 @@ def calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Calls:
     monkeypatch.setenv("NODEFORGE_PACKER_DOUBLE_LOG", str(log))
     for name in ("FAIL", "VERSION", "DELAY", "HANG", "IGNORE_SIGINT"):
         monkeypatch.delenv(f"NODEFORGE_PACKER_DOUBLE_{name}", raising=False)
+    # no builder to validate here: tests/integration/test_ami_pipeline.py runs that step
+    monkeypatch.setenv("NODEFORGE_PACKER_DOUBLE_SHELL_LOCAL", "skip")
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
 
     def read() -> list[dict[str, Any]]:

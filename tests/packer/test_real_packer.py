@@ -48,6 +48,7 @@ def test_packer_validates_the_shipped_templates(
         region="us-east-1",
         vars_path=tmp_path / "vars.json",
         manifest_path=tmp_path / "manifest.json",
+        builder_check=["python3", "-m", "nodeforge.packer.builder_check"],
         now=datetime.now(UTC),
         source_ami="ami-0123456789abcdef0",
     )

@@ -43,16 +43,25 @@ def test_shipped_templates_parse() -> None:
     assert template.only_names() == ["nodeforge.amazon-ebs.node"]
 
 
-def test_shipped_build_runs_kernel_phase_then_reboot_then_all_layers() -> None:
+def test_shipped_build_runs_kernel_phase_then_reboot_then_all_layers_then_checks() -> None:
     [build] = load_template().builds
     kinds = [(s.kind, s.type) for s in build.provisioners + build.post_processors]
     assert kinds == [
         ("provisioner", "ansible"),
         ("provisioner", "shell"),
         ("provisioner", "ansible"),
+        ("provisioner", "shell-local"),
         ("post-processor", "manifest"),
     ]
-    first, reboot, second, manifest = build.provisioners + build.post_processors
+    first, reboot, second, check, manifest = build.provisioners + build.post_processors
+    # validation's build stage on the builder, with the connection Packer itself uses
+    assert check.body["inline"] == ["${var.builder_check_command}"]
+    assert check.body["environment_vars"] == [
+        "NODEFORGE_BUILDER_HOST=${build.Host}",
+        "NODEFORGE_BUILDER_PORT=${build.Port}",
+        "NODEFORGE_BUILDER_USER=${build.User}",
+        "NODEFORGE_BUILDER_SSH_KEY=${build.SSHPrivateKey}",
+    ]
     assert first.body["extra_arguments"] == [
         "--extra-vars",
         "@${var.vars_file}",

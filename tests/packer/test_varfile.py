@@ -25,6 +25,7 @@ def _vars(catalog: Catalog, image: str, tmp_path: Path, **kw: str) -> dict[str, 
         region=kw.get("region", target.image.build.region),
         vars_path=tmp_path / "vars.json",
         manifest_path=tmp_path / "manifest.json",
+        builder_check=["python3", "-m", "nodeforge.packer.builder_check"],
         now=NOW,
         source_ami=kw.get("source_ami"),
     )

@@ -1,8 +1,10 @@
 """What package_hold leaves: the converge's package held at its installed version, the one
-prepare held released, on apt (Debian 12) and dnf (the AL2023 stand-in)."""
+prepare held released, on apt (Debian 12) and dnf (the AL2023 stand-in), and what the
+`missing` probe answers."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -31,3 +33,12 @@ def test_locked_at_the_installed_version(host: Any, packages: tuple[str, str]) -
     version = package_version(host, packages[0])
     locks = host.run("dnf --quiet versionlock list").stdout.split()
     assert f"{packages[0]}-0:{version}.*" in locks, locks
+
+
+def test_missing_names_what_is_absent_or_at_another_version(
+    host: Any, packages: tuple[str, str]
+) -> None:
+    """The `missing` entry point: the installed package, by name and at its own version, is
+    found; the same package at another version and an unknown package are missing."""
+    answer = json.loads(host.file("/var/tmp/nodeforge-missing.json").content_string)
+    assert answer == [f"{packages[0]}=0.0-nodeforge-not-this", "nodeforge-no-such-package"]

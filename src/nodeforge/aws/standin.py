@@ -39,6 +39,9 @@ class StandIn(Model):
     profile: str | None = None
     stage: Stage = "target"
     """build: what the stand-in can pass without a GPU; target: what a real instance runs."""
+    builder_hosts: str | None = None
+    """testinfra hosts checked in place of Packer's builder (always the build stage);
+    default: `hosts`."""
 
 
 def stand_in_from(environ: Mapping[str, str]) -> StandIn | None:

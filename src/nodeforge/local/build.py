@@ -41,6 +41,8 @@ class BuildSummary:
     tasks: int
     changed: int
     changed_tasks: list[str]
+    role_seconds: dict[str, float]
+    """Seconds per role in the (first) converge."""
     validation: dict[str, int]
     bom: dict[str, str]
     log: str
@@ -119,6 +121,7 @@ def build_local(
             again = _converge(repo_root, inventory, vars_path, work_dir / "ansible-2.log", progress)
             second = {
                 "seconds": round(time.monotonic() - again_started, 1),
+                "tasks": again.tasks,
                 "changed": again.changed,
             }
             if again.changed:
@@ -140,6 +143,7 @@ def build_local(
         tasks=played.tasks,
         changed=played.changed,
         changed_tasks=played.changed_tasks,
+        role_seconds=played.roles.seconds,
         validation=validation,
         bom=bom,
         log=str(log),

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +23,34 @@ Progress = Callable[[str], None]
 
 
 @dataclass
+class RoleClock:
+    """Seconds per role: a task's time, from its start to the next task's, goes to its role
+    (the part of Ansible's task name before ' : '; tasks of a play's own go to 'play')."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    _current: str | None = None
+    _since: float = 0.0
+
+    def start(self, task_name: str, now: float) -> None:
+        self.stop(now)
+        role, sep, _ = task_name.partition(" : ")
+        self._current, self._since = (role if sep else "play"), now
+
+    def stop(self, now: float) -> None:
+        if self._current is not None:
+            spent = self.seconds.get(self._current, 0.0) + now - self._since
+            self.seconds[self._current] = round(spent, 3)
+            self._current = None
+
+
+@dataclass
 class PlaybookResult:
     returncode: int
     tasks: int = 0
     changed: int = 0
     failures: list[str] = field(default_factory=list)
     changed_tasks: list[str] = field(default_factory=list)
+    roles: RoleClock = field(default_factory=RoleClock)
 
 
 def ansible_playbook() -> str:
@@ -90,6 +113,7 @@ def run_playbook(
             sink.write(line)
             _follow(line, result, progress)
         result.returncode = process.wait()
+    result.roles.stop(time.monotonic())
     return result
 
 
@@ -144,6 +168,7 @@ def _follow(line: str, result: PlaybookResult, progress: Progress) -> None:
     name = event.get("task", {}).get("name", "")
     if kind in ("v2_playbook_on_task_start", "v2_playbook_on_handler_task_start"):
         result.tasks += 1
+        result.roles.start(name, time.monotonic())
         progress(f"[{result.tasks:3d}] {name}")
     elif kind == "v2_runner_on_ok":
         if any(h.get("changed") for h in event.get("hosts", {}).values()):
@@ -157,4 +182,5 @@ def _follow(line: str, result: PlaybookResult, progress: Progress) -> None:
             result.failures.append(f"{name} on {host}: {message}")
             progress(f"      FAILED: {name}: {message.splitlines()[0] if message else ''}")
     elif kind == "v2_playbook_on_stats":
+        result.roles.stop(time.monotonic())
         result.changed = sum(int(s.get("changed", 0)) for s in event.get("stats", {}).values())

@@ -19,6 +19,7 @@ from typing import Any
 from nodeforge.catalog.loader import Catalog
 from nodeforge.errors import InputError
 from nodeforge.outfile import output_folder, write_output
+from nodeforge.packer import builder_check
 from nodeforge.packer.machine import Output
 from nodeforge.packer.rules import VarFile, check_template, require_clean
 from nodeforge.packer.runner import (
@@ -139,6 +140,9 @@ def _prepare(
             region=region,
             vars_path=vars_path,
             manifest_path=manifest,
+            builder_check=builder_check.command(
+                vars_path, image_dir / f"validation-builder-{region}", catalog.root
+            ),
             now=now,
             source_ami=source_ami,
             kms_key_id=kms_key_id,

@@ -7,6 +7,7 @@ chosen here, so the AMI's tags and the vars Ansible gets describe the same build
 from __future__ import annotations
 
 import json
+import shlex
 from datetime import datetime
 from pathlib import Path
 
@@ -35,6 +36,7 @@ class PackerVars(Model):
     ssh_username: str
     kms_key_id: str | None = None
     vars_file: str
+    builder_check_command: str
     ami_name: str
     image_name: str
     stack_name: str
@@ -89,6 +91,7 @@ def packer_vars(
     region: str,
     vars_path: Path,
     manifest_path: Path,
+    builder_check: list[str],
     now: datetime,
     source_ami: str | None = None,
     kms_key_id: str | None = None,
@@ -108,6 +111,7 @@ def packer_vars(
         ssh_username=target.os.default_user,
         kms_key_id=kms_key_id,
         vars_file=str(vars_path.resolve()),
+        builder_check_command=shlex.join(builder_check),
         ami_name=ami_name(target, now),
         image_name=target.image.name,
         stack_name=target.stack.name,

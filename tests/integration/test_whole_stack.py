@@ -1,0 +1,98 @@
+"""Every layer in one image: `nodeforge build --target local --reconverge` of the whole stack
+(tests/mirror/whole_stack.py) from a catalog copy and the served test mirror. The converge
+passes, the second converge changes nothing, the build stage of validation/ passes with no skip
+but those the hardware decides, and pip and the lock are the catalog copy's and the mirror's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodeforge.catalog.models import LAYERS
+from tests.conftest import SHIPPED
+from tests.integration.conftest import (
+    build_containers,
+    image_id,
+    local_image_group,
+    nodeforge_cli,
+    require_podman,
+)
+from tests.mirror import Served, build_mirror, default_spec, serve
+from tests.mirror.whole_stack import IMAGE, LOCK, add_pypi, write_whole_stack
+
+pytestmark = local_image_group
+
+# What a container cannot have: a GPU, NVSwitches, an EFA device. Every other skip is a defect.
+HARDWARE_SKIPS = ("no NVIDIA GPU", "no EFA", "NVSwitch", "no GPU")
+
+
+@pytest.fixture(scope="module")
+def whole_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, Served]]:
+    """(catalog copy, --vars file, served mirror) with the whole-stack image."""
+    require_podman()
+    root = tmp_path_factory.mktemp("whole-stack")
+    catalog = root / "images"
+    shutil.copytree(SHIPPED, catalog)
+    mirror = build_mirror(root / "mirror", default_spec())
+    add_pypi(mirror)
+    with serve(mirror) as served:
+        yield catalog, write_whole_stack(catalog, served.mirror, root / "mirror-vars.yml"), served
+
+
+def test_whole_stack_builds_reconverges_and_validates(
+    whole_stack: tuple[Path, Path, Served], tmp_path: Path
+) -> None:
+    catalog, overrides, served = whole_stack
+    result = nodeforge_cli(
+        "build",
+        IMAGE,
+        "--target",
+        "local",
+        "--reconverge",
+        "--json",
+        "--catalog",
+        str(catalog),
+        "--vars",
+        str(overrides),
+        "--work-dir",
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = json.loads(result.stdout)
+    assert summary["changed"] > 0
+    assert summary["reconverge"]["changed"] == 0
+    assert set(LAYERS) <= set(summary["role_seconds"])
+    assert summary["bom"]["kernel"].startswith("linux-image-cloud-amd64 ")
+    assert image_id(summary["image_ref"]) is not None
+    assert build_containers() == []
+    # live progress went to stderr, task by task
+    assert "base : Packages | install what is missing" in result.stderr
+
+    report = json.loads((tmp_path / "validation-build.json").read_text(encoding="utf-8"))
+    outcomes = {c["id"]: c for c in report["checks"]}
+    assert not [c for c in outcomes.values() if c["outcome"] not in ("passed", "skipped")]
+    not_hardware = [
+        f"{c['id']}: {c['message']}"
+        for c in outcomes.values()
+        if c["outcome"] == "skipped" and not any(h in c["message"] for h in HARDWARE_SKIPS)
+    ]
+    assert not not_hardware
+    # each layer's validation file judged the node
+    assert {c["id"].split("::")[0] for c in outcomes.values() if c["outcome"] == "passed"} >= {
+        f"test_{layer}.py" for layer in LAYERS
+    }
+
+    # the lock came from the catalog in use (the shipped one has no such file) ...
+    rendered = json.loads((tmp_path / "vars.json").read_text(encoding="utf-8"))
+    assert [e["lock"] for e in rendered["python_ml_environments"]] == [str(catalog / LOCK)]
+    # ... and pip read only the mirror's indexes and took every locked file from it
+    assert all(url.startswith(served.mirror.url_of("")) for url in rendered["python_ml_index_urls"])
+    assert "/pypi.org/simple/torch/" in served.server.requests
+    wheels = sorted(p.name for p in (served.mirror.root / "pypi.org" / "files").iterdir())
+    fetched = {path.rsplit("/", 1)[-1] for path in served.server.requests}
+    assert wheels
+    assert not [w for w in wheels if w not in fetched]
