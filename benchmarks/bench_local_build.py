@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,8 +23,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.mirror import build_mirror, default_spec, serve  # noqa: E402
-from tests.mirror.whole_stack import IMAGE, add_pypi, write_whole_stack  # noqa: E402
+from tests.mirror.whole_stack import IMAGE, served_whole_stack  # noqa: E402
 
 
 def _build(image: str, work: Path, extra: Sequence[str] = ()) -> dict[str, Any] | None:
@@ -44,14 +42,8 @@ def _default(work: Path) -> dict[str, Any] | None:
 
 
 def _whole_stack(work: Path) -> dict[str, Any] | None:
-    catalog = work / "images"
-    shutil.copytree(REPO / "images", catalog)
-    mirror = build_mirror(work / "mirror", default_spec())
-    add_pypi(mirror)
-    with serve(mirror) as served:
-        overrides = write_whole_stack(catalog, served.mirror, work / "mirror-vars.yml")
-        extra = ["--catalog", str(catalog), "--vars", str(overrides)]
-        return _build(IMAGE, work / "work", extra)
+    with served_whole_stack(work, REPO / "images") as (catalog, overrides, _):
+        return _build(IMAGE, work / "work", ["--catalog", str(catalog), "--vars", str(overrides)])
 
 
 def _report(name: str, summary: dict[str, Any], wall: float) -> bool:

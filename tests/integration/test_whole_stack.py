@@ -6,7 +6,6 @@ but those the hardware decides, and pip and the lock are the catalog copy's and 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote
@@ -14,6 +13,7 @@ from urllib.parse import unquote
 import pytest
 
 from nodeforge.catalog.models import LAYERS
+from nodeforge.paths import VALIDATION_SUITE
 from tests.conftest import SHIPPED
 from tests.integration.conftest import (
     build_containers,
@@ -22,8 +22,8 @@ from tests.integration.conftest import (
     nodeforge_cli,
     require_podman,
 )
-from tests.mirror import Served, build_mirror, default_spec, serve
-from tests.mirror.whole_stack import IMAGE, LOCK, add_pypi, write_whole_stack
+from tests.mirror import Served
+from tests.mirror.whole_stack import IMAGE, LOCK, served_whole_stack
 
 pytestmark = local_image_group
 
@@ -32,20 +32,14 @@ pytestmark = local_image_group
 # needs gpu hardware"), a profile with NVLSM, or a stack with pyxis (no layer installs Slurm;
 # tests/mirror/whole_stack.py). Any other skip is a defect.
 ALLOWED_SKIPS = ("target stage only", "build stage: needs ", "runs no NVLSM", "builds no pyxis")
-VALIDATION = Path(__file__).resolve().parents[2] / "validation"
 
 
 @pytest.fixture(scope="module")
 def whole_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, Served]]:
     """(catalog copy, --vars file, served mirror) with the whole-stack image."""
     require_podman()
-    root = tmp_path_factory.mktemp("whole-stack")
-    catalog = root / "images"
-    shutil.copytree(SHIPPED, catalog)
-    mirror = build_mirror(root / "mirror", default_spec())
-    add_pypi(mirror)
-    with serve(mirror) as served:
-        yield catalog, write_whole_stack(catalog, served.mirror, root / "mirror-vars.yml"), served
+    with served_whole_stack(tmp_path_factory.mktemp("whole-stack"), SHIPPED) as prepared:
+        yield prepared
 
 
 def test_whole_stack_builds_reconverges_and_validates(
@@ -88,7 +82,7 @@ def test_whole_stack_builds_reconverges_and_validates(
     assert not unexpected
     # every layer's validation file (image_cleanup's is test_image.py) passed checks on the node
     files = {f"test_layer_{layer}.py" for layer in LAYERS} | {"test_image.py"}
-    files &= {p.name for p in VALIDATION.glob("test_*.py")}
+    files &= {p.name for p in VALIDATION_SUITE.glob("test_*.py")}
     passed = {c["id"].split("::")[0] for c in outcomes.values() if c["outcome"] == "passed"}
     assert len(files) == len(LAYERS)
     assert files <= passed, sorted(files - passed)

@@ -17,6 +17,8 @@ because of what these machines can reach:
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +26,11 @@ import yaml
 
 from nodeforge.catalog.models import LAYERS
 from nodeforge.lock import read_lock
-from tests.mirror.build import Mirror
+from tests.mirror.build import Mirror, Served, build_mirror, serve
 from tests.mirror.enroot import ENROOT_RELEASE
 from tests.mirror.overlay import STUB_SOURCE, write_overrides, write_stack_overlay
 from tests.mirror.pypi import CI_LOCK, build_index
-from tests.mirror.spec import ENROOT
+from tests.mirror.spec import ENROOT, default_spec
 
 IMAGE = "whole-stack-debian12"
 PROFILE = "p5.48xlarge"
@@ -92,3 +94,15 @@ def write_whole_stack(catalog_dir: Path, mirror: Mirror, vars_file: Path) -> Pat
     }
     (catalog_dir / f"{IMAGE}.yml").write_text(yaml.safe_dump(image), encoding="utf-8")
     return write_overrides(vars_file, mirror.url)
+
+
+@contextmanager
+def served_whole_stack(root: Path, catalog: Path) -> Iterator[tuple[Path, Path, Served]]:
+    """(catalog copy, --vars file, served mirror) under `root`, with the whole-stack image in
+    a copy of `catalog`, while the block runs."""
+    copy = root / "images"
+    shutil.copytree(catalog, copy)
+    mirror = build_mirror(root / "mirror", default_spec())
+    add_pypi(mirror)
+    with serve(mirror) as served:
+        yield copy, write_whole_stack(copy, served.mirror, root / "mirror-vars.yml"), served

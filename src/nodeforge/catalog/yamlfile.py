@@ -252,7 +252,7 @@ def read_yaml(path: Path) -> YamlDocument:
         data = loader.construct_document(root) if root is not None else None
     except _NumberError as exc:
         raise InputError(
-            f"{exc.problem}",
+            exc.problem or "a number out of range",
             file=path,
             field=_field_of(root, exc.node) if root is not None else None,
             line=exc.node.start_mark.line + 1,
