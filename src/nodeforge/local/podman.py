@@ -14,6 +14,7 @@ from nodeforge.errors import InputError
 # `systemctl is-system-running` says "degraded" when some unit failed; in a container that is
 # usually a unit that needs real hardware, so it counts as booted.
 _BOOTED = frozenset({"running", "degraded"})
+_REMOVE_TRIES = 3
 
 
 class PodmanError(RuntimeError):
@@ -92,7 +93,12 @@ class SystemdContainer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._remove()
+        left = self._remove()
+        if left and exc is None:
+            raise PodmanError(
+                f"container {self.name} is still there after {_REMOVE_TRIES} tries of podman rm "
+                f"({left}); remove it with: podman rm -f {self.name}"
+            )
 
     def exec(self, args: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run a command inside the container."""
@@ -114,7 +120,17 @@ class SystemdContainer:
             f"{(logs.stdout + logs.stderr).strip()}"
         )
 
-    def _remove(self) -> None:
-        # `rm -f` stops and removes in one call and is a no-op when `run` never created it;
-        # -t 5 bounds the wait because systemd ignores the default SIGTERM as PID 1.
-        run(["rm", "-f", "-t", "5", self.name], check=False)
+    def _remove(self) -> str:
+        """Remove the container; '' once it is gone, else what the last `podman rm` said."""
+        said = ""
+        for attempt in range(_REMOVE_TRIES):
+            # `rm -f` stops and removes in one call and is a no-op when `run` never created it;
+            # -t bounds the wait because systemd ignores the default SIGTERM as PID 1.
+            removed = run(["rm", "-f", "-t", str(5 * (attempt + 1)), self.name], check=False)
+            # On a loaded machine `rm` can fail while the container's cleanup is still running
+            # (exit 0 or not); only `container exists` says whether it is gone.
+            if run(["container", "exists", self.name], check=False).returncode == 1:
+                return ""
+            said = (removed.stderr or removed.stdout).strip() or f"exit {removed.returncode}"
+            time.sleep(1.0 + attempt)
+        return said
