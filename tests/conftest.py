@@ -55,7 +55,7 @@ def catalog_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def edit(catalog_dir: Path) -> Edit:
-    """Change one catalog file in the copy: edit('stacks/hopper-2026.11.yml', mutate)."""
+    """Change one catalog file in the copy: edit('stacks/hopper-2026.12.yml', mutate)."""
 
     def apply(relative: str, mutate: Callable[[dict[str, Any]], None]) -> Path:
         path = catalog_dir / relative

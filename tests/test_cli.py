@@ -40,9 +40,9 @@ def test_check_violation_exit_1_names_rule_and_fix(
     capsys: pytest.CaptureFixture[str], edit: Edit, catalog_dir: Path
 ) -> None:
     def cu126(data: dict[str, Any]) -> None:
-        data["frameworks"]["pytorch"]["variant"] = "cu126"
+        data["frameworks"]["pytorch"] = {"version": "2.15.0", "variant": "cu126"}
 
-    edit("stacks/blackwell-2026.11.yml", cu126)
+    edit("stacks/blackwell-2026.12.yml", cu126)
     code, out, _ = _run(capsys, "check", "--catalog", str(catalog_dir), "p6-ubuntu24.04")
     assert code == 1
     assert "ERROR [torch-sm] p6-ubuntu24.04 / p6-b200.48xlarge" in out
@@ -55,7 +55,7 @@ def test_check_unverified_artifact(
     def strip(data: dict[str, Any]) -> None:
         data["artifacts"]["efa_installer"].pop("gpg_fingerprint")
 
-    edit("stacks/hopper-2026.11.yml", strip)
+    edit("stacks/hopper-2026.12.yml", strip)
     code, out, _ = _run(capsys, "check", "--catalog", str(catalog_dir), "p5-ubuntu24.04")
     assert code == 1
     assert "[artifact-unverified]" in out
@@ -106,7 +106,7 @@ def test_render_to_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
 def test_render_refuses_failing_target(
     capsys: pytest.CaptureFixture[str], edit: Edit, catalog_dir: Path, tmp_path: Path
 ) -> None:
-    edit("stacks/blackwell-2026.11.yml", lambda d: d["driver"].update(flavour="proprietary"))
+    edit("stacks/blackwell-2026.12.yml", lambda d: d["driver"].update(flavour="proprietary"))
     output = tmp_path / "vars.json"
     code, _, err = _run(
         capsys,
@@ -136,9 +136,9 @@ def test_list(capsys: pytest.CaptureFixture[str], kind: str) -> None:
 def test_show(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "show", "gb200-ubuntu24.04-arm64", "--catalog", str(SHIPPED))
     assert code == 0
-    assert "blackwell-2026.11" in out and "p6e-gb200.36xlarge" in out
+    assert "blackwell-2026.12" in out and "p6e-gb200.36xlarge" in out
     code, out, _ = _run(capsys, "show", "p5-ubuntu24.04", "--catalog", str(SHIPPED), "--json")
-    assert json.loads(out)["stack"]["name"] == "hopper-2026.11"
+    assert json.loads(out)["stack"]["name"] == "hopper-2026.12"
 
 
 def test_matrix_lists_every_profile(capsys: pytest.CaptureFixture[str]) -> None:
@@ -256,10 +256,10 @@ def test_build_aws_human_output(
     assert code == 0, err
     log = tmp_path / "p5-ubuntu24.04" / "packer-build-us-east-1.log"
     assert (
-        out.splitlines()[0] == "built    p5-ubuntu24.04 (stack hopper-2026.11, vars of p5.48xlarge)"
+        out.splitlines()[0] == "built    p5-ubuntu24.04 (stack hopper-2026.12, vars of p5.48xlarge)"
     )
     assert f"us-east-1  ami-0123456789abcdef0  {log}" in out  # the double's AMI without moto
-    assert "Creating AMI nodeforge-p5-ubuntu24.04-hopper-2026.11-" in err  # progress
+    assert "Creating AMI nodeforge-p5-ubuntu24.04-hopper-2026.12-" in err  # progress
     assert log.exists()
 
 

@@ -50,10 +50,10 @@ COMMANDS: tuple[tuple[str, ...], ...] = (
     ("matrix", "--markdown"),
     ("build", "local-debian13", "--target", "local", "--work-dir", "work", *VARS),
     ("build", "p5-ubuntu24.04", "--target", "aws", "--dry-run", "--work-dir", "work", *VARS),
-    ("lock", "hopper-2026.11"),
-    ("lock", "blackwell-2026.11", "--environment", "serve", "--arch", "arm64"),
+    ("lock", "hopper-2026.12"),
+    ("lock", "blackwell-2026.12", "--environment", "serve", "--arch", "arm64"),
 )
-HOPPER_LOCK = "images/locks/hopper-2026.11/train-x86_64.txt"
+HOPPER_LOCK = "images/locks/hopper-2026.12/train-x86_64.txt"
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,8 @@ class Target:
 TARGETS = (
     Target("images/p6-ubuntu24.04.yml"),  # extends p5-ubuntu24.04, extended by gb200
     Target("images/local-debian13.yml"),
-    Target("images/stacks/hopper-2026.11.yml"),  # extended by blackwell
-    Target("images/stacks/blackwell-2026.11.yml"),
+    Target("images/stacks/hopper-2026.12.yml"),  # extended by blackwell
+    Target("images/stacks/blackwell-2026.12.yml"),
     Target("images/profiles/p6-b200.48xlarge.yml"),
     Target("images/profiles/g6e.48xlarge.yml"),
     Target("images/os/ubuntu24.04.yml"),
@@ -84,7 +84,7 @@ TARGETS = (
     Target("images/compat.yml"),
     Target("vars.yml", tuple(c for c in COMMANDS if VARS[0] in c), entry=False),
     # written by `lock`, read by nothing here: its content must not matter
-    Target(HOPPER_LOCK, (("lock", "hopper-2026.11"),), entry=False),
+    Target(HOPPER_LOCK, (("lock", "hopper-2026.12"),), entry=False),
 )
 YAML_TARGETS = tuple(t for t in TARGETS if t.path.endswith(".yml"))
 
@@ -142,13 +142,11 @@ def _with_command(targets: tuple[Target, ...]) -> st.SearchStrategy[tuple[Target
 
 @contextlib.contextmanager
 def _workspace(base: Path) -> Iterator[Path]:
-    """A fresh copy of the catalog, a --vars file and a lock for every example, as the current
-    directory: hypothesis runs all examples in one test call, so tmp_path is shared."""
+    """A fresh copy of the catalog (its locks included) and a --vars file for every example, as
+    the current directory: hypothesis runs all examples in one test call, so tmp_path is shared."""
     root = Path(tempfile.mkdtemp(dir=base))
     shutil.copytree(SHIPPED, root / "images", ignore=shutil.ignore_patterns("packer"))
     shutil.copy(CORPUS / "files" / "vars.yml", root / "vars.yml")
-    (root / HOPPER_LOCK).parent.mkdir(parents=True)
-    shutil.copy(SHIPPED / "locks" / "ci" / "train.txt", root / HOPPER_LOCK)
     try:
         with contextlib.chdir(root):
             yield root
@@ -305,7 +303,7 @@ def test_one_field_mutated(
     _assert_clean(code, err, target.path, HEIRS[target.path])
 
 
-LOCK_COMMANDS = (["lock", "hopper-2026.11"], ["lock", "hopper-2026.11", "--environment", "train"])
+LOCK_COMMANDS = (["lock", "hopper-2026.12"], ["lock", "hopper-2026.12", "--environment", "train"])
 
 
 @pytest.mark.usefixtures("sealed")
@@ -344,7 +342,7 @@ def test_what_stands_at_the_lock_path(
 @FUZZ
 @given(
     relative=st.one_of(st.from_regex(_LOCK_PATH, fullmatch=True), st.text(max_size=80)),
-    stack=st.sampled_from(["hopper-2026.11", "blackwell-2026.11"]),
+    stack=st.sampled_from(["hopper-2026.12", "blackwell-2026.12"]),
 )
 def test_lock_path_in_the_stack(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], relative: str, stack: str

@@ -30,16 +30,23 @@ def test_shipped_catalog_loads(shipped: Catalog) -> None:
 
 
 def test_extends_merges_parent_then_child(shipped: Catalog) -> None:
-    blackwell = shipped.stacks["blackwell-2026.11"]
-    hopper = shipped.stacks["hopper-2026.11"]
-    assert blackwell.cuda.default == "13.0.2"
-    assert blackwell.nccl.version == "2.28.9-1"
-    # inherited from the parent, key by key
-    assert blackwell.nccl.tests_version == hopper.nccl.tests_version
+    blackwell = shipped.stacks["blackwell-2026.12"]
+    hopper = shipped.stacks["hopper-2026.12"]
+    assert blackwell.driver.flavour == "open"
+    assert hopper.driver.flavour == "profile"
+    # inherited from the parent, key by key, environments included
+    assert blackwell.nccl == hopper.nccl
     assert blackwell.efa == hopper.efa
+    assert blackwell.frameworks is not None and hopper.frameworks is not None
+    serve, parent = (
+        blackwell.frameworks.environments["serve"],
+        hopper.frameworks.environments["serve"],
+    )
+    assert serve.pytorch == parent.pytorch and serve.frameworks == parent.frameworks
+    assert serve.locks["arm64"] == "locks/blackwell-2026.12/serve-arm64.txt"
     gb200 = shipped.images["gb200-ubuntu24.04-arm64"]
     assert gb200.arch == "arm64"
-    assert gb200.stack == "blackwell-2026.11"  # from p6-ubuntu24.04, two levels up
+    assert gb200.stack == "blackwell-2026.12"  # from p6-ubuntu24.04, two levels up
     assert gb200.build.volume_size_gib == 150  # from p5-ubuntu24.04
     assert gb200.build.builder_instance_type == "c7g.4xlarge"
 
@@ -73,18 +80,18 @@ def test_wrong_type_is_rejected_not_coerced(edit: Edit, catalog_dir: Path) -> No
 
 
 def test_unquoted_version_is_rejected(catalog_dir: Path) -> None:
-    path = catalog_dir / "stacks" / "hopper-2026.11.yml"
-    path.write_text(path.read_text().replace('version: "580.95.05"', "version: 580.95"))
+    path = catalog_dir / "stacks" / "hopper-2026.12.yml"
+    path.write_text(path.read_text().replace('version: "595.91.07"', "version: 595.91"))
     error = _load_error(catalog_dir)
     assert error.field == "driver.version"
-    assert error.line is not None and "580.95" in path.read_text().splitlines()[error.line - 1]
+    assert error.line is not None and "595.91" in path.read_text().splitlines()[error.line - 1]
 
 
 def test_error_in_inherited_field_points_at_the_child(edit: Edit, catalog_dir: Path) -> None:
     def plant(data: dict[str, Any]) -> None:
         data["driver"]["flavour"] = "closed"
 
-    path = edit("stacks/blackwell-2026.11.yml", plant)
+    path = edit("stacks/blackwell-2026.12.yml", plant)
     error = _load_error(catalog_dir)
     assert error.file == path
     assert error.field == "driver.flavour"
@@ -128,7 +135,7 @@ def test_missing_reference(edit: Edit, catalog_dir: Path) -> None:
 
 
 def test_extends_cycle(edit: Edit, catalog_dir: Path) -> None:
-    edit("stacks/hopper-2026.11.yml", lambda data: data.update(extends="blackwell-2026.11"))
+    edit("stacks/hopper-2026.12.yml", lambda data: data.update(extends="blackwell-2026.12"))
     error = _load_error(catalog_dir)
     assert "cycle" in error.message
     assert error.field == "extends"
@@ -178,13 +185,13 @@ def test_baseline_unknown_must_have_no_value(edit: Edit, catalog_dir: Path) -> N
 
 
 def test_artifact_reference_must_exist(edit: Edit, catalog_dir: Path) -> None:
-    edit("stacks/hopper-2026.11.yml", lambda data: data["artifacts"].pop("gdrcopy"))
+    edit("stacks/hopper-2026.12.yml", lambda data: data["artifacts"].pop("gdrcopy"))
     assert "gdrcopy.artifact names artifact 'gdrcopy'" in _load_error(catalog_dir).message
 
 
 def test_bad_sha256_and_fingerprint(edit: Edit, catalog_dir: Path) -> None:
     edit(
-        "stacks/hopper-2026.11.yml",
+        "stacks/hopper-2026.12.yml",
         lambda data: data["artifacts"]["gdrcopy"].update(sha256="abc"),
     )
     error = _load_error(catalog_dir)
@@ -194,7 +201,7 @@ def test_bad_sha256_and_fingerprint(edit: Edit, catalog_dir: Path) -> None:
 
 def test_unknown_url_placeholder(edit: Edit, catalog_dir: Path) -> None:
     edit(
-        "stacks/hopper-2026.11.yml",
+        "stacks/hopper-2026.12.yml",
         lambda data: data["repositories"]["cuda"].update(url="https://example.com/{distro}/"),
     )
     assert "unknown placeholder {distro}" in _load_error(catalog_dir).message

@@ -73,7 +73,7 @@ def test_round_trip(tmp_path: Path) -> None:
 
 def test_shipped_ci_lock_is_hash_checked_and_cpu() -> None:
     lock = read_lock(CI_LOCK)
-    check_lock(lock, CI_LOCK, torch_variant="cpu", python="3.11")
+    check_lock(lock, CI_LOCK, torch_variant="cpu", python="3.11", torch="2.13.0+cpu")
     versions = lock.versions()
     assert versions["megatron-core"] == "0.16.1"
     assert versions["transformers"] == "5.24.0"
@@ -92,11 +92,13 @@ def test_every_stack_lock_present_matches_its_stack(shipped: Catalog) -> None:
                     continue
                 lock = read_lock(path)
                 assert (lock.header.stack, lock.header.environment) == (stack.name, name)
+                pin = stack.frameworks.torch_of(name)
                 check_lock(
                     lock,
                     path,
-                    torch_variant=stack.frameworks.pytorch.variant,
+                    torch_variant=pin.variant,
                     python=stack.frameworks.python,
+                    torch=shipped.compat.locked_torch(pin.version, pin.variant),
                 )
 
 
@@ -141,19 +143,25 @@ def test_missing_lock_file(tmp_path: Path) -> None:
             _lock(torch_variant="cu130"),
             "cu130",
             "3.11",
-            "the locked torch is 2.13.0\\+cpu, not a \\+cu130 build",
+            "the locked torch is 2.13.0\\+cpu, the stack wants 2.13.0\\+cu130",
         ),
     ],
 )
 def test_variant_check(lock: Lock, variant: str, python: str, message: str) -> None:
     with pytest.raises(InputError, match=message) as raised:
-        check_lock(lock, Path("images/locks/x.txt"), torch_variant=variant, python=python)
+        check_lock(
+            lock,
+            Path("images/locks/x.txt"),
+            torch_variant=variant,
+            python=python,
+            torch=f"2.13.0+{variant}",
+        )
     assert "images/locks/x.txt" in str(raised.value)
     assert "Fix: regenerate the lock" in str(raised.value)
 
 
 def test_variant_check_accepts_the_match() -> None:
-    check_lock(_lock(), Path("x"), torch_variant="cpu", python="3.11")
+    check_lock(_lock(), Path("x"), torch_variant="cpu", python="3.11", torch="2.13.0+cpu")
 
 
 def test_variant_cuda() -> None:
@@ -170,7 +178,7 @@ def test_expand_platform() -> None:
 
 
 def test_request_defaults_and_pip_command(shipped: Catalog, tmp_path: Path) -> None:
-    request = request_for(shipped.stacks["blackwell-2026.11"], "serve", "arm64")
+    request = request_for(shipped.stacks["blackwell-2026.11"], "serve", "arm64", shipped.compat)
     assert request.requirements() == ["torch==2.13.0+cu130", "vllm==0.29.0"]
     assert request.index_urls == (
         "https://download.pytorch.org/whl/cu130",
@@ -184,9 +192,32 @@ def test_request_defaults_and_pip_command(shipped: Catalog, tmp_path: Path) -> N
     assert {"--dry-run", "--only-binary=:all:", "--ignore-installed"} <= set(command)
 
 
+def test_request_for_pypi_s_own_torch(shipped: Catalog, tmp_path: Path) -> None:
+    """PyPI's torch 2.15.0 is the cu132 build (compat.yml torch_pypi): pinned unlabelled, from
+    PyPI alone; an environment's own torch (vLLM's) is its own."""
+    stack = shipped.stacks["hopper-2026.12"]
+    train = request_for(stack, "train", "x86_64", shipped.compat)
+    assert train.torch == "2.15.0" and train.torch_variant == "cu132"
+    assert train.requirements()[0] == "torch==2.15.0"
+    assert train.index_urls == ("https://pypi.org/simple",)
+    serve = request_for(stack, "serve", "x86_64", shipped.compat)
+    assert serve.requirements() == ["torch==2.14.0", "vllm==0.33.0"]
+    assert serve.overrides() is None
+    as_of = datetime(2026, 12, 5, 7, 27, 55, tzinfo=UTC)
+    pinned = request_for(stack, "train", "x86_64", shipped.compat, as_of=as_of)
+    command = pip_command(pinned, tmp_path / "r.json", tmp_path / "t")
+    assert command[command.index("--uploaded-prior-to") + 1] == "2026-12-05T07:27:55Z"
+    assert "--uploaded-prior-to" not in pip_command(train, tmp_path / "r.json", tmp_path / "t")
+
+
 def test_request_overrides(shipped: Catalog) -> None:
     request = request_for(
-        shipped.stacks["hopper-2026.11"], "train", "x86_64", python="3.11", torch_variant="cpu"
+        shipped.stacks["hopper-2026.11"],
+        "train",
+        "x86_64",
+        shipped.compat,
+        python="3.11",
+        torch_variant="cpu",
     )
     assert request.requirements()[0] == "torch==2.13.0+cpu"
     assert request.overrides() == "python 3.11 (stack 3.12), torch-variant cpu (stack cu126)"
@@ -194,7 +225,7 @@ def test_request_overrides(shipped: Catalog) -> None:
 
 def test_unknown_environment(shipped: Catalog) -> None:
     with pytest.raises(InputError, match="has no environment 'serve' \\(it has: train\\)"):
-        request_for(shipped.stacks["hopper-2026.11"], "serve", "x86_64")
+        request_for(shipped.stacks["hopper-2026.11"], "serve", "x86_64", shipped.compat)
 
 
 def test_pip_environment_drops_resolution_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,9 +259,28 @@ def _item(name: str, version: str, sha: str | None) -> dict[str, Any]:
     }
 
 
+def test_as_of_must_be_a_lock_time(catalog_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["lock", "hopper-2026.12", "--as-of", "yesterday", "--catalog", str(catalog_dir)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--as-of: 'yesterday' is not a UTC time like 2026-12-05T07:27:55Z" in err
+    assert "Traceback" not in err
+
+
+def test_as_of_is_the_locked_time(shipped: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_pip(monkeypatch, {"install": [_item("torch", "2.15.0", SHA)]})
+    as_of = datetime(2026, 12, 5, 7, 27, 55, tzinfo=UTC)
+    request = request_for(
+        shipped.stacks["hopper-2026.12"], "train", "x86_64", shipped.compat, as_of=as_of
+    )
+    lock = lock_environment(request, now=datetime(2027, 1, 1, tzinfo=UTC))
+    assert lock.header.locked == "2026-12-05T07:27:55Z"
+
+
 def test_lock_environment_from_report(shipped: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_pip(monkeypatch, {"install": [_item("torch", "2.13.0+cu126", SHA)]})
-    request = request_for(shipped.stacks["hopper-2026.11"], "train", "x86_64")
+    request = request_for(shipped.stacks["hopper-2026.11"], "train", "x86_64", shipped.compat)
     lock = lock_environment(request, now=datetime(2026, 12, 2, tzinfo=UTC))
     assert lock.header.locked == "2026-12-02T00:00:00Z"
     assert lock.header.torch_variant == "cu126"
@@ -248,7 +298,7 @@ def test_lock_environment_refuses(
     shipped: Catalog, monkeypatch: pytest.MonkeyPatch, item: dict[str, Any], message: str
 ) -> None:
     _fake_pip(monkeypatch, {"install": [item]})
-    request = request_for(shipped.stacks["hopper-2026.11"], "train", "x86_64")
+    request = request_for(shipped.stacks["hopper-2026.11"], "train", "x86_64", shipped.compat)
     with pytest.raises(LockFailedError, match=message):
         lock_environment(request)
 

@@ -65,7 +65,7 @@ def test_the_manifest_passes_on_every_profile(
 def test_the_manifest_fails_on_a_version_the_repository_moved(
     image_checks: ModuleType, host: Any, built_manifest: Path, edit: Edit, catalog_dir: Path
 ) -> None:
-    edit("stacks/hopper-2026.11.yml", lambda d: d["nccl"].update(version="2.28.3-1"))
+    edit("stacks/hopper-2026.12.yml", lambda d: d["nccl"].update(version="2.28.3-1"))
     resolved = _resolved(load_catalog(catalog_dir), PROFILES[1], built_manifest)
     with pytest.raises(AssertionError):
         image_checks.test_manifest_equals_the_resolved_vars(host, resolved)

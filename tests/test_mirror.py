@@ -323,7 +323,7 @@ def test_overlay_points_every_download_at_the_mirror(served: Served, catalog_dir
     overlay = write_overlay(catalog_dir, "p5-ubuntu24.04", mirror)
     document = _render(catalog_dir, overlay.image, overlay.overrides_file, "p5.48xlarge")
     stack = document["nodeforge"]["stack"]
-    assert stack["name"] == "hopper-2026.11-mirror"
+    assert stack["name"] == "hopper-2026.12-mirror"
     assert set(stack["repositories"]) == {"cuda", "nvidia_container_toolkit"}
     for repo in stack["repositories"].values():
         assert repo["url"].startswith(mirror.url)

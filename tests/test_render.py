@@ -30,7 +30,7 @@ def test_deterministic(shipped: Catalog) -> None:
 
 def test_facts_and_derived_values(shipped: Catalog) -> None:
     doc = _render(shipped, "p6-ubuntu24.04", "p6-b300.48xlarge")["nodeforge"]
-    assert doc["stack"]["driver"]["version"] == "580.95.05"
+    assert doc["stack"]["driver"]["version"] == "595.91.07"
     assert doc["driver_flavour"] == "open"
     assert doc["fabric_packages"] == {
         "fabric_manager": "nvidia-fabricmanager",
@@ -78,7 +78,7 @@ def test_arm64_placeholders(shipped: Catalog) -> None:
 def test_layering_last_wins(edit: Edit, catalog_dir: Path, tmp_path: Path) -> None:
     edit("common.yml", lambda d: d["vars"].update(probe="common", common_only=1))
     edit("os/ubuntu24.04.yml", lambda d: d.update(vars={"probe": "os"}))
-    edit("stacks/hopper-2026.11.yml", lambda d: d.update(vars={"probe": "stack"}))
+    edit("stacks/hopper-2026.12.yml", lambda d: d.update(vars={"probe": "stack"}))
     edit("profiles/p5.48xlarge.yml", lambda d: d.update(vars={"probe": "profile"}))
     catalog = load_catalog(catalog_dir)
     assert _render(catalog, "p5-ubuntu24.04", "p5.48xlarge")["probe"] == "profile"
@@ -101,7 +101,7 @@ def test_layering_last_wins(edit: Edit, catalog_dir: Path, tmp_path: Path) -> No
     assert [entry.split(" ")[0] for entry in doc["nodeforge"]["layering"]] == [
         "common",
         "os:ubuntu24.04",
-        "stack:hopper-2026.11",
+        "stack:hopper-2026.12",
         "profile:p5.48xlarge",
         "image:p5-ubuntu24.04",
         "user",
@@ -198,7 +198,7 @@ def test_manifest_is_the_same_for_every_profile_of_the_image(shipped: Catalog) -
     # the image-level facts are the resolved ones themselves, not a summary of them
     facts = manifest.keys() - {"profiles", "layering"}
     assert {k: docs[0]["nodeforge"][k] for k in facts} == {k: manifest[k] for k in facts}
-    assert manifest["stack"]["nccl"]["version"] == "2.27.7-1"
+    assert manifest["stack"]["nccl"]["version"] == "2.30.7-1"
 
 
 def test_manifest_leaves_out_the_profile_layer(edit: Edit, catalog_dir: Path) -> None:
@@ -217,16 +217,22 @@ def test_manifest_leaves_out_the_profile_layer(edit: Edit, catalog_dir: Path) ->
 @pytest.mark.parametrize(
     ("field", "mutate"),
     [
-        ("nccl", lambda d: d["nccl"].update(version="2.28.3-1")),
-        ("driver", lambda d: d["driver"].update(version="580.105.08")),
-        ("frameworks", lambda d: d["frameworks"]["pytorch"].update(version="2.13.1")),
+        ("nccl", lambda d: d["nccl"].update(version="2.30.5-1")),
+        ("driver", lambda d: d["driver"].update(version="595.71.05")),
+        # a pin change needs new locks (rule `locks`); another fitting lock needs none
+        (
+            "frameworks",
+            lambda d: d["frameworks"]["environments"]["train"]["locks"].update(
+                x86_64="locks/blackwell-2026.12/train-x86_64.txt"
+            ),
+        ),
     ],
 )
 def test_manifest_changes_with_a_stack_version(
     shipped: Catalog, edit: Edit, catalog_dir: Path, field: str, mutate: Callable[[Any], None]
 ) -> None:
     before = _render(shipped, "p5-ubuntu24.04", "p5e.48xlarge")["nodeforge_manifest"]
-    edit("stacks/hopper-2026.11.yml", mutate)
+    edit("stacks/hopper-2026.12.yml", mutate)
     after = _render(load_catalog(catalog_dir), "p5-ubuntu24.04", "p5e.48xlarge")
     assert after["nodeforge_manifest"] != before
     assert after["nodeforge_manifest"]["stack"][field] != before["stack"][field]

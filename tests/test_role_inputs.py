@@ -127,10 +127,9 @@ def test_mirror_reaches_every_download_pip_included(shipped: Catalog) -> None:
     inputs = role_inputs(shipped, target, overrides=UserOverrides(mirror=mirror))
     urls = [value for _, value in _flatten(inputs) if isinstance(value, str) and "://" in value]
     assert urls and all(url.startswith(f"{mirror}/") for url in urls), urls
-    assert inputs["python_ml_index_urls"] == [
-        f"{mirror}/download.pytorch.org/whl/cu126",
-        f"{mirror}/pypi.org/simple",
-    ]
+    # PyPI's own torch builds: each environment from the mirror's PyPI alone
+    indexes = [env["index_urls"] for env in inputs["python_ml_environments"]]
+    assert indexes == [[f"{mirror}/pypi.org/simple"]] * 3
 
 
 def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -147,7 +146,10 @@ def test_locks_resolve_from_the_catalog_in_use(tmp_path: Path) -> None:
     catalog = load_catalog(copy)
     inputs = render(catalog, target_for(catalog, "p5-ubuntu24.04", "p5.48xlarge"))
     locks = [env["lock"] for env in inputs["python_ml_environments"]]
-    assert locks == [str(copy / "locks" / "hopper-2026.11" / "train-x86_64.txt")]
+    assert locks == [
+        str(copy / "locks" / "hopper-2026.12" / f"{name}-x86_64.txt")
+        for name in ("train", "serve", "sglang")
+    ]
 
 
 def _derived_names() -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -12,6 +13,7 @@ from nodeforge.catalog.compat import KnownBad, KnownBadWhen
 from nodeforge.catalog.loader import Catalog
 from nodeforge.catalog.models import Artifact
 from nodeforge.check import Finding, check_targets
+from nodeforge.lock import Lock, read_lock, render_lock
 from nodeforge.rules import LAYER_SECTIONS, RULES
 from nodeforge.target import Target, target_for, targets
 from tests.conftest import with_enroot
@@ -93,7 +95,7 @@ def test_cuda_driver(shipped: Catalog) -> None:
         stack=_set(target.stack, driver=_set(target.stack.driver, branch=575, version="575.57.08")),
     )
     [finding] = _errors(old_driver, "cuda-driver")
-    assert "CUDA toolkit 13.0.2 is newer than driver branch 575 runs (at most CUDA 12.9)" in (
+    assert "CUDA toolkit 13.2.2 is newer than driver branch 575 runs (at most CUDA 12.9)" in (
         finding.message
     )
 
@@ -132,8 +134,9 @@ def test_cuda_sm_dropped_architecture(shipped: Catalog) -> None:
 
 
 def test_torch_driver(shipped: Catalog) -> None:
+    """Each torch the stack installs, once per variant: training's cu132 and vLLM's and SGLang's
+    cu130."""
     target = target_for(shipped, *B200)
-    assert target.stack.frameworks is not None
     old_driver = replace(
         target,
         stack=_set(
@@ -142,28 +145,26 @@ def test_torch_driver(shipped: Catalog) -> None:
             cuda=_set(target.stack.cuda, toolkits=["12.8.1"], default="12.8.1"),
         ),
     )
-    [finding] = _errors(old_driver, "torch-driver")
-    assert "cu130" in finding.message and "driver branch 570" in finding.message
-    assert "needs driver 580" in finding.message
+    cu132, cu130 = _errors(old_driver, "torch-driver")
+    assert "cu132" in cu132.message and "driver branch 570" in cu132.message
+    assert "cu130" in cu130.message and "needs driver 580" in cu130.message
 
 
 def test_torch_driver_minor_version_compatibility_warns(shipped: Catalog) -> None:
+    """The R580 long-term branch runs CUDA 13.0 natively, torch 2.15's CUDA 13.2 only through
+    minor-version compatibility."""
     target = target_for(shipped, *HOPPER)
-    assert target.stack.frameworks is not None
-    cu128_on_560 = replace(
+    on_580 = replace(
         target,
         stack=_set(
             target.stack,
-            driver=_set(target.stack.driver, branch=560, version="560.35.05"),
-            cuda=_set(target.stack.cuda, toolkits=["12.6.3"], default="12.6.3"),
-            frameworks=_set(
-                target.stack.frameworks,
-                pytorch=_set(target.stack.frameworks.pytorch, variant="cu128"),
-            ),
+            driver=_set(target.stack.driver, branch=580, version="580.159.03"),
+            cuda=_set(target.stack.cuda, toolkits=["13.0.2"], default="13.0.2"),
         ),
     )
-    [finding] = _findings(cu128_on_560, "torch-driver")
+    [finding] = _findings(on_580, "torch-driver")
     assert finding.severity == "warning"
+    assert "PyTorch cu132 (CUDA 13.2) runs on driver 580" in finding.message
     assert "minor-version compatibility" in finding.message
 
 
@@ -359,15 +360,18 @@ def test_dnf_os_takes_only_the_layers_with_a_dnf_path(shipped: Catalog) -> None:
 
 def test_known_bad_driver_595_efa_gb200(shipped: Catalog) -> None:
     target = target_for(shipped, *GB200)
-    on_595 = replace(
+    assert target.stack.driver.branch == 595 and target.stack.efa is not None
+    # the shipped GB200 stack: 595 with EFA 1.51, as AWS's own GB200 AMIs pair them
+    assert _errors(target, "known-bad") == []
+    old_efa = replace(
         target,
-        stack=_set(target.stack, driver=_set(target.stack.driver, branch=595, version="595.71.05")),
+        stack=_set(target.stack, efa=_set(target.stack.efa, installer_version="1.47.0")),
     )
-    [finding] = _errors(on_595, "known-bad")
+    [finding] = _errors(old_efa, "known-bad")
     assert "driver-595-efa-gb200" in finding.message
-    assert "580" in finding.fix
+    assert "1.50.0 or newer" in finding.fix and "580" in finding.fix
     no_efa = replace(
-        on_595, image=_set(on_595.image, layers=[x for x in on_595.image.layers if x != "efa"])
+        old_efa, image=_set(old_efa.image, layers=[x for x in old_efa.image.layers if x != "efa"])
     )
     assert _errors(no_efa, "known-bad") == []
 
@@ -398,3 +402,121 @@ def test_layer_gating(shipped: Catalog) -> None:
         stack=_set(target.stack, driver=_set(target.stack.driver, branch=550, version="550.1")),
     )
     assert _errors(no_driver, "driver-floor") == []
+
+
+def _lock_target(shipped: Catalog, tmp_path: Path, **header: str) -> Target:
+    """HOPPER with its catalog at tmp_path: the shipped locks copied there, the train lock's
+    header changed as given."""
+    target = replace(target_for(shipped, *HOPPER), catalog_root=tmp_path)
+    assert target.stack.frameworks is not None
+    for name, environment in target.stack.frameworks.environments.items():
+        relative = environment.locks["x86_64"]
+        lock = read_lock(shipped.root / relative)
+        if name == "train":
+            lock = Lock(lock.header.model_copy(update=header), lock.requirements)
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(render_lock(lock), encoding="utf-8")
+    return target
+
+
+def _train_lock(target: Target) -> Path:
+    assert target.stack.frameworks is not None
+    return target.catalog_root / target.stack.frameworks.environments["train"].locks["x86_64"]
+
+
+def test_locks_copied_catalog_passes(shipped: Catalog, tmp_path: Path) -> None:
+    assert _findings(_lock_target(shipped, tmp_path), "locks") == []
+
+
+def test_locks_missing_names_the_command(shipped: Catalog, tmp_path: Path) -> None:
+    target = replace(target_for(shipped, *HOPPER), catalog_root=tmp_path)
+    errors = _errors(target, "locks")
+    assert target.stack.frameworks is not None
+    assert len(errors) == len(target.stack.frameworks.environments)
+    assert f"{tmp_path}/locks/" in errors[0].message and "does not exist" in errors[0].message
+    assert f"nodeforge lock {target.stack.name} --environment " in errors[0].fix
+
+
+def test_locks_none_for_the_arch(shipped: Catalog) -> None:
+    target = target_for(shipped, *HOPPER)
+    assert target.stack.frameworks is not None
+    train = target.stack.frameworks.environments["train"]
+    environments = {**target.stack.frameworks.environments, "train": _set(train, locks={})}
+    no_lock = replace(
+        target,
+        stack=_set(
+            target.stack, frameworks=_set(target.stack.frameworks, environments=environments)
+        ),
+    )
+    [finding] = _errors(no_lock, "locks")
+    assert (
+        "environment train of stack" in finding.message and "no lock for x86_64" in finding.message
+    )
+    assert "locks.x86_64: locks/" in finding.fix
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        ({"torch_variant": "cu130"}, "lock is for torch variant cu130, the stack wants cu132"),
+        ({"python": "3.11"}, "lock is for Python 3.11, the stack wants 3.12"),
+        ({"platform": "manylinux_2_34_aarch64"}, "platform manylinux_2_34_aarch64, not x86_64"),
+    ],
+)
+def test_locks_made_for_something_else(
+    shipped: Catalog, tmp_path: Path, header: dict[str, str], message: str
+) -> None:
+    target = _lock_target(shipped, tmp_path, **header)
+    [finding] = _errors(target, "locks")
+    assert message in finding.message
+    assert str(_train_lock(target)) in finding.message
+    assert "nodeforge lock hopper-" in finding.fix and "--environment train" in finding.fix
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "message"),
+    [
+        ("torch", "2.15.0+cu132", "the locked torch is 2.15.0+cu132, the stack wants 2.15.0"),
+        ("megatron-core", "0.1.0", "pins megatron-core 0.1.0, the stack 0."),
+    ],
+)
+def test_locks_pin_other_versions(
+    shipped: Catalog, tmp_path: Path, name: str, version: str, message: str
+) -> None:
+    target = _lock_target(shipped, tmp_path)
+    path = _train_lock(target)
+    lock = read_lock(path)
+    changed = tuple(
+        r.model_copy(update={"version": version}) if r.name == name else r
+        for r in lock.requirements
+    )
+    path.write_text(render_lock(Lock(lock.header, changed)), encoding="utf-8")
+    [finding] = _errors(target, "locks")
+    assert message in finding.message
+
+
+def test_locks_not_a_lock(shipped: Catalog, tmp_path: Path) -> None:
+    target = _lock_target(shipped, tmp_path)
+    _train_lock(target).write_text("torch==2.15.0\n", encoding="utf-8")
+    [finding] = _errors(target, "locks")
+    assert "not a nodeforge lock" in finding.message
+
+
+def test_an_environment_s_own_torch_is_judged(shipped: Catalog) -> None:
+    """vLLM's torch is not the stack's: its variant must cover the GPU too."""
+    target = target_for(shipped, *B200)
+    assert target.stack.frameworks is not None
+    serve = target.stack.frameworks.environments["serve"]
+    assert serve.pytorch is not None
+    environments = {
+        **target.stack.frameworks.environments,
+        "serve": _set(serve, pytorch=_set(serve.pytorch, variant="cu126")),
+    }
+    cu126 = replace(
+        target,
+        stack=_set(
+            target.stack, frameworks=_set(target.stack.frameworks, environments=environments)
+        ),
+    )
+    [finding] = _errors(cu126, "torch-sm")
+    assert "cu126" in finding.message and "sm_100" in finding.message

@@ -106,12 +106,24 @@ def test_frameworks_import_at_the_locked_versions(
 def test_torch_variant_is_the_stack_s(
     reports: dict[str, tuple[dict[str, Any], Lock]], nodeforge: dict[str, Any], record_property: Any
 ) -> None:
-    variant = nodeforge["stack"]["frameworks"]["pytorch"]["variant"]
-    record_property("declared", {"variant": variant, "cuda": variant_cuda(variant)})
+    """Each environment's torch is its lock's (rule `locks` held the lock to the catalog's
+    torch, PyPI's unlabelled build or a variant index's labelled one) and runs the CUDA of the
+    catalog's variant for that environment."""
+    frameworks = nodeforge["stack"]["frameworks"]
+    environments = _environments(nodeforge)
+    variants = {
+        name: (environments[name].get("pytorch") or frameworks["pytorch"])["variant"]
+        for name in reports
+    }
+    record_property(
+        "declared",
+        {n: {"variant": v, "cuda": variant_cuda(v)} for n, v in variants.items()},
+    )
     record_property("actual", {n: found["torch.version.cuda"] for n, (found, _) in reports.items()})
-    for name, (found, _) in reports.items():
-        assert found["torch"].endswith(f"+{variant}"), f"{name}: torch {found['torch']}"
-        assert found["torch.version.cuda"] == variant_cuda(variant), name
+    for name, (found, lock) in reports.items():
+        assert lock.header.torch_variant == variants[name], f"{name}: {lock.header.torch_variant}"
+        assert found["torch"] == lock.versions()["torch"], f"{name}: torch {found['torch']}"
+        assert found["torch.version.cuda"] == variant_cuda(variants[name]), name
 
 
 def _locked_nccl(name: str, lock: Lock) -> str | None:

@@ -38,10 +38,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nodeforge.catalog.arch import Arch
+from nodeforge.catalog.compat import Compat
 from nodeforge.catalog.models import Framework, Frameworks, Stack
 from nodeforge.errors import InputError
 
 FORMAT = 1
+LOCKED_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+"""The `# locked:` time, UTC."""
 MAGIC = f"# nodeforge lock {FORMAT}: written by `nodeforge lock`, do not edit by hand"
 
 FRAMEWORK_DISTRIBUTIONS: dict[Framework, tuple[str, str]] = {
@@ -50,6 +53,7 @@ FRAMEWORK_DISTRIBUTIONS: dict[Framework, tuple[str, str]] = {
     "transformers": ("transformers", "transformers"),
     "accelerate": ("accelerate", "accelerate"),
     "vllm": ("vllm", "vllm"),
+    "sglang": ("sglang", "sglang"),
 }
 """Each framework's distribution name (in the lock) and the module it is imported as."""
 
@@ -84,8 +88,13 @@ def variant_cuda(variant: str) -> str | None:
     return f"{int(digits[:-1])}.{digits[-1]}"
 
 
+def wheel_machine(arch: Arch) -> str:
+    """The machine part of a wheel's platform tag: x86_64, aarch64."""
+    return _WHEEL_ARCH[arch]
+
+
 def default_platform(arch: Arch) -> str:
-    return f"manylinux_{DEFAULT_GLIBC[0]}_{DEFAULT_GLIBC[1]}_{_WHEEL_ARCH[arch]}"
+    return f"manylinux_{DEFAULT_GLIBC[0]}_{DEFAULT_GLIBC[1]}_{wheel_machine(arch)}"
 
 
 def expand_platform(platform: str) -> list[str]:
@@ -239,11 +248,12 @@ def _requirement(entry: str, path: Path, line: int, fix: str) -> Locked:
     return Locked(name=match.group(1), version=match.group(2), hashes=hashes)
 
 
-def check_lock(lock: Lock, path: Path, *, torch_variant: str, python: str) -> None:
-    """The lock was made for this torch variant and interpreter, else InputError with the fix.
+def check_lock(lock: Lock, path: Path, *, torch_variant: str, python: str, torch: str) -> None:
+    """The lock was made for this torch variant and interpreter and pins exactly this torch
+    (Compat.locked_torch), else InputError with the fix.
 
-    Both the header and the pinned torch's local version label (+cpu, +cu130) must say the
-    variant: a lock resolved against the wrong index carries another torch whatever it claims.
+    Both the header and the pinned torch must say the variant: a lock resolved against the wrong
+    index carries another torch whatever its header claims.
     """
     fix = (
         f"regenerate the lock for torch variant {torch_variant} and Python {python} "
@@ -265,10 +275,11 @@ def check_lock(lock: Lock, path: Path, *, torch_variant: str, python: str) -> No
             field="# python",
             fix=fix,
         )
-    torch = lock.versions().get("torch")
-    if torch is None or not torch.endswith(f"+{torch_variant}"):
+    locked = lock.versions().get("torch")
+    if locked != torch:
         raise InputError(
-            f"the locked torch is {torch or 'missing'}, not a +{torch_variant} build",
+            f"the locked torch is {locked or 'missing'}, the stack wants {torch} "
+            f"(torch variant {torch_variant})",
             file=path,
             field="torch",
             fix=fix,
@@ -292,43 +303,55 @@ class LockRequest:
     arch: Arch
     python: str
     torch_variant: str
+    torch: str
+    """The exact torch the lock pins (Compat.locked_torch): 2.15.0 from PyPI, 2.13.0+cpu."""
     platform: str
     index_urls: tuple[str, ...]
     find_links: tuple[str, ...] = ()
+    as_of: datetime | None = None
+    """Resolve from what the indexes held then (a lock's `# locked:` time reproduces it)."""
 
     def requirements(self) -> list[str]:
         frameworks = self.frameworks
         specs = []
         for framework in frameworks.environments[self.environment].frameworks:
             distribution, _ = FRAMEWORK_DISTRIBUTIONS[framework]
-            version = frameworks.pin(framework)
-            if framework == "pytorch":
-                # the variant indexes label their builds (2.13.0+cu130); PyPI's unlabelled
-                # torch is some CUDA build, never the one the stack names
-                version = f"{version}+{self.torch_variant}"
+            version = self.torch if framework == "pytorch" else frameworks.pin(framework)
             specs.append(f"{distribution}=={version}")
         return specs
 
     def overrides(self) -> str | None:
         frameworks = self.frameworks
+        variant = frameworks.torch_of(self.environment).variant
         notes = []
         if self.python != frameworks.python:
             notes.append(f"python {self.python} (stack {frameworks.python})")
-        if self.torch_variant != frameworks.pytorch.variant:
-            notes.append(f"torch-variant {self.torch_variant} (stack {frameworks.pytorch.variant})")
+        if self.torch_variant != variant:
+            notes.append(f"torch-variant {self.torch_variant} (stack {variant})")
         return ", ".join(notes) or None
+
+
+def index_urls_for(torch: str) -> tuple[str, ...]:
+    """Where a locked torch comes from, then PyPI for the rest: a labelled build (2.13.0+cpu)
+    from its variant's PyTorch index, PyPI's own build from PyPI alone. One index per
+    environment: `==2.15.0` also matches 2.15.0+cu130, so a variant index beside PyPI could
+    serve another file than the one locked."""
+    _, _, label = torch.partition("+")
+    return (f"{PYTORCH_INDEX}/{label}", PYPI) if label else (PYPI,)
 
 
 def request_for(
     stack: Stack,
     environment: str,
     arch: Arch,
+    compat: Compat,
     *,
     python: str | None = None,
     torch_variant: str | None = None,
     platform: str | None = None,
     index_urls: tuple[str, ...] = (),
     find_links: tuple[str, ...] = (),
+    as_of: datetime | None = None,
     stack_file: Path | None = None,
 ) -> LockRequest:
     """The stack's own values, with the caller's overrides on top."""
@@ -341,7 +364,9 @@ def request_for(
             field="frameworks.environments",
             fix="add it under frameworks.environments in the stack, or pick one it has",
         )
-    variant = torch_variant or stack.frameworks.pytorch.variant
+    pin = stack.frameworks.torch_of(environment)
+    variant = torch_variant or pin.variant
+    torch = compat.locked_torch(pin.version, variant)
     return LockRequest(
         stack=stack.name,
         frameworks=stack.frameworks,
@@ -349,9 +374,11 @@ def request_for(
         arch=arch,
         python=python or stack.frameworks.python,
         torch_variant=variant,
+        torch=torch,
         platform=platform or default_platform(arch),
-        index_urls=index_urls or (f"{PYTORCH_INDEX}/{variant}", PYPI),
+        index_urls=index_urls or index_urls_for(torch),
         find_links=find_links,
+        as_of=as_of,
     )
 
 
@@ -385,6 +412,8 @@ def pip_command(request: LockRequest, report: Path, target: Path) -> list[str]:
         command += ["--extra-index-url", url]
     for link in request.find_links:
         command += ["--find-links", link]
+    if request.as_of is not None:
+        command += ["--uploaded-prior-to", request.as_of.strftime(LOCKED_FORMAT)]
     for tag in expand_platform(request.platform):
         command += ["--platform", tag]
     return command + request.requirements()
@@ -443,14 +472,18 @@ def lock_environment(request: LockRequest, *, now: datetime | None = None) -> Lo
             torch_variant=request.torch_variant,
             index_urls=list(request.index_urls),
             find_links=list(request.find_links),
-            locked=(now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            locked=(request.as_of or now or datetime.now(UTC)).strftime(LOCKED_FORMAT),
             overrides=request.overrides(),
         ),
         locked_from_report(report),
     )
     try:
         check_lock(
-            lock, Path("(resolved)"), torch_variant=request.torch_variant, python=request.python
+            lock,
+            Path("(resolved)"),
+            torch_variant=request.torch_variant,
+            python=request.python,
+            torch=request.torch,
         )
     except InputError as exc:
         raise LockFailedError(f"the indexes gave the wrong torch: {exc.message}") from None

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from nodeforge.catalog.models import AptRepository, Artifact
+from nodeforge.lock import index_urls_for
 from nodeforge.mirror import resolve_url
 from nodeforge.target import Target
 
-PYPI_INDEX = "https://pypi.org/simple"
-PYTORCH_INDEX = "https://download.pytorch.org/whl"
 # The EFA installer's Open MPI (efa_mpi defaults to openmpi4, installed under this prefix).
 EFA_MPI_HOME = "/opt/amazon/openmpi"
 MODE = "nodeforge render --mode"
@@ -228,24 +227,27 @@ def _python_ml(c: Context) -> Inputs:
         return {}
     arch = c.target.image.arch
     catalog = Path(os.path.abspath(c.catalog_root))
-    variant = frameworks.pytorch.variant
+    environments = []
+    for name, environment in frameworks.environments.items():
+        if arch not in environment.locks:
+            continue  # the locks rule refuses the image
+        torch = frameworks.torch_of(name)
+        locked = c.target.compat.locked_torch(torch.version, torch.variant)
+        environments.append(
+            {
+                "name": name,
+                # the lock from the catalog in use, not the shipped one
+                "lock": str(catalog / environment.locks[arch]),
+                # through the mirror when one is set, like every other download
+                "index_urls": [c.url(url) for url in index_urls_for(locked)],
+            }
+        )
     return {
         "python_ml_python": (frameworks.python, "the stack's frameworks.python"),
-        "python_ml_torch_variant": (variant, "the stack's frameworks.pytorch.variant"),
-        # each lock from the catalog in use, not the shipped one
         "python_ml_environments": (
-            [
-                {"name": name, "lock": str(catalog / environment.locks[arch])}
-                for name, environment in frameworks.environments.items()
-                if arch in environment.locks
-            ],
-            "the stack's frameworks.environments",
-        ),
-        # the variant's own index (the labelled torch builds the locks pin), then PyPI; both
-        # through the mirror when one is set, like every other download
-        "python_ml_index_urls": (
-            [c.url(f"{PYTORCH_INDEX}/{variant}"), c.url(PYPI_INDEX)],
-            "the stack's frameworks.pytorch.variant and the --vars file's mirror",
+            environments,
+            "the stack's frameworks.environments, compat.yml torch_pypi and the --vars file's "
+            "mirror",
         ),
     }
 

@@ -8,9 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from nodeforge.catalog.compat import EfaOs
+from nodeforge.errors import InputError
+from nodeforge.lock import (
+    FRAMEWORK_DISTRIBUTIONS,
+    Lock,
+    canonical,
+    check_lock,
+    read_lock,
+    wheel_machine,
+)
 from nodeforge.rolevars import Context, derived_var_problem, role_inputs
 from nodeforge.target import Target
 from nodeforge.versions import Version
@@ -119,16 +129,24 @@ def _cuda_sm(t: Target) -> Iterator[Problem]:
 
 def _torch_driver(t: Target) -> Iterator[Problem]:
     frameworks = t.stack.frameworks
-    if frameworks is None or frameworks.pytorch.variant == "cpu":
+    if frameworks is None:
         return
-    variant = t.compat.torch_variant(frameworks.pytorch.variant)
+    for variant in frameworks.torch_variants():
+        yield from _torch_variant_driver(t, variant)
+
+
+def _torch_variant_driver(t: Target, name: str) -> Iterator[Problem]:
+    if name == "cpu":
+        return
+    variant = t.compat.torch_variant(name)
     if variant is None:
         yield Problem(
-            f"PyTorch variant {frameworks.pytorch.variant} is not in compat.yml torch_variants",
-            "use a listed variant (cu126, cu128, cu129, cu130) or add it to compat.yml",
+            f"PyTorch variant {name} is not in compat.yml torch_variants",
+            f"use a listed variant ({', '.join(v.name for v in t.compat.torch_variants)}) "
+            "or add it to compat.yml",
         )
         return
-    name, cuda = variant.name, Version(variant.cuda)
+    cuda = Version(variant.cuda)
     branch = t.stack.driver.branch
     max_cuda = t.compat.driver_max_cuda(branch)
     if max_cuda is None or cuda.major_minor() <= max_cuda:
@@ -156,8 +174,13 @@ def _torch_sm(t: Target) -> Iterator[Problem]:
     frameworks = t.stack.frameworks
     if frameworks is None:
         return
+    for variant in frameworks.torch_variants():
+        yield from _torch_variant_sm(t, variant)
+
+
+def _torch_variant_sm(t: Target, name: str) -> Iterator[Problem]:
     sm = t.profile.sm
-    if frameworks.pytorch.variant == "cpu":
+    if name == "cpu":
         yield Problem(
             f"PyTorch is the CPU build: the {t.profile.gpu.count} {t.profile.gpu.model} GPUs "
             "go unused by it",
@@ -165,7 +188,7 @@ def _torch_sm(t: Target) -> Iterator[Problem]:
             severity="warning",
         )
         return
-    variant = t.compat.torch_variant(frameworks.pytorch.variant)
+    variant = t.compat.torch_variant(name)
     if variant is None:
         return  # reported by torch-driver
     built = [Version(v) for v in variant.sm.get(t.image.arch, [])]
@@ -177,6 +200,71 @@ def _torch_sm(t: Target) -> Iterator[Problem]:
             "use a variant that covers it (Blackwell needs cu128 or newer; torch >= 2.12 "
             "ships cu130)",
         )
+
+
+def _locks(t: Target) -> Iterator[Problem]:
+    frameworks = t.stack.frameworks
+    if frameworks is None:
+        return
+    arch = t.image.arch
+    for name, environment in frameworks.environments.items():
+        make = f"`nodeforge lock {t.stack.name} --environment {name} --arch {arch}`"
+        relative = environment.locks.get(arch)
+        if relative is None:
+            yield Problem(
+                f"environment {name} of stack {t.stack.name} names no lock for {arch}",
+                f"add frameworks.environments.{name}.locks.{arch}: "
+                f"locks/{t.stack.name}/{name}-{arch}.txt to the stack, then write it with {make}",
+            )
+            continue
+        path = t.catalog_root / relative
+        if not path.is_file():
+            yield Problem(
+                f"the lock {path} of environment {name} ({arch}) does not exist",
+                f"write it with {make} where PyPI (and the variant's PyTorch index) answer",
+            )
+            continue
+        pin = frameworks.torch_of(name)
+        try:
+            lock = read_lock(path)
+            check_lock(
+                lock,
+                path,
+                torch_variant=pin.variant,
+                python=frameworks.python,
+                torch=t.compat.locked_torch(pin.version, pin.variant),
+            )
+        except InputError as exc:
+            yield Problem(
+                f"the lock {path} of environment {name}: {exc.message}",
+                f"regenerate it with {make}",
+            )
+            continue
+        yield from _lock_matches(t, name, path, lock, make)
+
+
+def _lock_matches(t: Target, name: str, path: Path, lock: Lock, make: str) -> Iterator[Problem]:
+    """The lock is for this architecture and pins the stack's frameworks. Which stack it was
+    made for does not matter: a stack that extends another (a mirror overlay) shares its locks."""
+    frameworks = t.stack.frameworks
+    assert frameworks is not None
+    wheel_arch = wheel_machine(t.image.arch)
+    if not lock.header.platform.endswith(f"_{wheel_arch}"):
+        yield Problem(
+            f"the lock {path} was made for platform {lock.header.platform}, not {wheel_arch}",
+            f"regenerate it with {make}",
+        )
+    versions = lock.versions()
+    for framework in frameworks.environments[name].frameworks:
+        if framework == "pytorch":
+            continue  # check_lock compared torch, label included
+        distribution, _ = FRAMEWORK_DISTRIBUTIONS[framework]
+        wanted, locked = frameworks.pin(framework), versions.get(canonical(distribution))
+        if locked != wanted:
+            yield Problem(
+                f"the lock {path} pins {distribution} {locked or '(none)'}, the stack {wanted}",
+                f"regenerate it with {make}",
+            )
 
 
 def _nccl_ofi(t: Target) -> Iterator[Problem]:
@@ -384,6 +472,13 @@ def _known_bad(t: Target) -> Iterator[Problem]:
             and (when.gpu_models is None or t.profile.gpu.model in when.gpu_models)
             and (when.os is None or t.os.name in when.os)
             and (when.layer is None or t.layer(when.layer))
+            and (
+                when.efa_installer_below is None
+                or (
+                    t.stack.efa is not None
+                    and Version(t.stack.efa.installer_version) < Version(when.efa_installer_below)
+                )
+            )
         ):
             yield Problem(f"{bad.message} [{bad.id}; {bad.source}]", bad.fix)
 
@@ -429,6 +524,12 @@ RULES: tuple[Rule, ...] = (
         "python_ml",
     ),
     Rule("torch-sm", "the PyTorch wheel carries code for the profile's SM", _torch_sm, "python_ml"),
+    Rule(
+        "locks",
+        "every environment has its lock, made for the stack, the variant, Python and arch",
+        _locks,
+        "python_ml",
+    ),
     Rule("nccl-ofi", "NCCL within what aws-ofi-nccl supports", _nccl_ofi, "aws_ofi_nccl"),
     Rule("efa-os", "the EFA installer supports the OS", _efa_os, "efa"),
     Rule("arch", "OS, stack and profile share one CPU architecture", _arch),

@@ -7,6 +7,7 @@ disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from nodeforge.catalog.compat import Compat
@@ -24,6 +25,8 @@ class Target:
     stack: Stack
     profile: Profile
     compat: Compat
+    catalog_root: Path
+    """The catalog the target comes from: its locks are files under it."""
 
     @property
     def os_arch(self) -> OsArch | None:
@@ -134,4 +137,5 @@ def target_for(catalog: Catalog, image_name: str, profile_name: str | None) -> T
         stack=catalog.stacks[image.stack],
         profile=catalog.profiles[profile_name],
         compat=catalog.compat,
+        catalog_root=catalog.root,
     )

@@ -91,7 +91,10 @@ def test_whole_stack_builds_reconverges_and_validates(
     rendered = json.loads((tmp_path / "vars.json").read_text(encoding="utf-8"))
     assert [e["lock"] for e in rendered["python_ml_environments"]] == [str(catalog / LOCK)]
     # ... and pip read only the mirror's indexes and took every locked file from it
-    assert all(url.startswith(served.mirror.url_of("")) for url in rendered["python_ml_index_urls"])
+    [train] = rendered["python_ml_environments"]
+    assert train["index_urls"] and all(
+        url.startswith(served.mirror.url_of("")) for url in train["index_urls"]
+    )
     assert "/pypi.org/simple/torch/" in served.server.requests
     wheels = sorted(p.name for p in (served.mirror.root / "pypi.org" / "files").iterdir())
     # pip quotes each path part of a link (torch-2.13.0%2Bcpu-...): compare unquoted names

@@ -27,6 +27,10 @@ NCCL = "2.27.7-1"
 EFA_INSTALLER = "1.51.0"
 GDRCOPY = "2.5.1"
 NCCL_TESTS = "2.17.6"
+# The shipped images' stacks (hopper-2026.12 and what extends it) take newer source tarballs;
+# the mirror serves those too, so an overlay of any shipped image finds every artifact.
+GDRCOPY_SHIPPED = "2.6"
+NCCL_TESTS_SHIPPED = "2.19.6"
 CONTAINER_TOOLKIT = "1.18.0-1"
 ENROOT = "4.2.1"
 PYXIS = "0.24.0"
@@ -464,6 +468,8 @@ def default_spec() -> MirrorSpec:
             efa_installer_tarball(EFA_INSTALLER),
             gdrcopy_tarball(GDRCOPY),
             nccl_tests_tarball(NCCL_TESTS),
+            gdrcopy_tarball(GDRCOPY_SHIPPED),
+            nccl_tests_tarball(NCCL_TESTS_SHIPPED),
             *enroot_debs(ENROOT),
             pyxis_tarball(PYXIS),
         ),

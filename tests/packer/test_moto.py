@@ -75,11 +75,11 @@ def test_build_registers_a_tagged_ami(edit: Edit, catalog_dir: Path, tmp_path: P
     [image] = ec2.describe_images(ImageIds=[ami])["Images"]
     tags = {t["Key"]: t["Value"] for t in image.get("Tags", [])}
     assert tags["nodeforge:image"] == "p5-ubuntu24.04"
-    assert tags["nodeforge:stack"] == "hopper-2026.11"
+    assert tags["nodeforge:stack"] == "hopper-2026.12"
     assert tags["nodeforge:status"] == "built"
-    assert tags["nodeforge:driver"] == "580.95.05 open"
+    assert tags["nodeforge:driver"] == "595.91.07 open"
     assert tags["nodeforge:source-ami-lookup"] == PARAMETER
     assert image["Name"] == tags["Name"]
-    assert image["Name"].startswith("nodeforge-p5-ubuntu24.04-hopper-2026.11-")
+    assert image["Name"].startswith("nodeforge-p5-ubuntu24.04-hopper-2026.12-")
     var_file = Path(result.regions["us-east-1"].var_file).read_text()
     assert f'"source_ami": "{base}"' in var_file

@@ -99,7 +99,8 @@ def test_version_from_human_output(tmp_path: Path) -> None:
 
 
 def test_parallel_regions(build: Build, calls: Calls, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NODEFORGE_PACKER_DOUBLE_DELAY", "0.02")
+    # a build of several seconds: a loaded machine still starts all three before one ends
+    monkeypatch.setenv("NODEFORGE_PACKER_DOUBLE_DELAY", "0.2")
     [result] = build(regions=["us-east-1", "us-west-2", "eu-west-1"], max_workers=3)
     regions = ("us-east-1", "us-west-2", "eu-west-1")
     assert result.amis == dict.fromkeys(regions, "ami-0123456789abcdef0")

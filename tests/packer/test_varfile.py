@@ -45,14 +45,14 @@ def test_p5(shipped: Catalog, tmp_path: Path) -> None:
     assert values["volume_size_gib"] == 150
     assert (values["root_device"], values["ssh_username"]) == ("/dev/sda1", "ubuntu")
     assert values["vars_file"] == str((tmp_path / "vars.json").resolve())
-    assert values["ami_name"] == "nodeforge-p5-ubuntu24.04-hopper-2026.11-20261202T103005Z"
+    assert values["ami_name"] == "nodeforge-p5-ubuntu24.04-hopper-2026.12-20261202T103005Z"
     tags = values["tags"]
     assert isinstance(tags, dict)
-    assert tags["nodeforge:driver"] == "580.95.05 open"
-    assert tags["nodeforge:cuda"] == "12.9.1"
-    assert tags["nodeforge:nccl"] == "2.27.7-1"
+    assert tags["nodeforge:driver"] == "595.91.07 open"
+    assert tags["nodeforge:cuda"] == "13.2.2"
+    assert tags["nodeforge:nccl"] == "2.30.7-1"
     assert tags["nodeforge:efa-installer"] == "1.51.0"
-    assert tags["nodeforge:pytorch"] == "2.13.0+cu126"
+    assert tags["nodeforge:pytorch"] == "2.15.0+cu132"
     assert tags["nodeforge:source-ami-lookup"].endswith("/amd64/hvm/ebs-gp3/ami-id")
     assert tags["nodeforge:layers"].split()[0] == "base"
     assert all(len(k) <= 128 and len(v) <= 256 for k, v in tags.items())

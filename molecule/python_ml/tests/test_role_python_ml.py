@@ -1,5 +1,6 @@
 """The training environment the role leaves: the lock's versions, a CPU torch, gloo collectives;
-and locks that must not install (wrong variant, wrong hash) failing before anything is left."""
+and locks that must not install (refused by the rules, wrong hash) failing before anything is
+left."""
 
 from __future__ import annotations
 
@@ -71,10 +72,10 @@ def _negative(host: Any, lock: Path, **role_vars: Any) -> str:
     name = host.backend.name
     extra = {
         "python_ml_python": "3.11",
-        "python_ml_torch_variant": "cpu",
         "python_ml_prefix": "/opt/nodeforge/negative",
-        "python_ml_environments": [{"name": "train", "lock": str(lock)}],
-        "python_ml_index_urls": [os.environ["NODEFORGE_TEST_PYPI"]],
+        "python_ml_environments": [
+            {"name": "train", "lock": str(lock), "index_urls": [os.environ["NODEFORGE_TEST_PYPI"]]}
+        ],
         "python_ml_compile_bytecode": False,
         **role_vars,
     }
@@ -84,11 +85,12 @@ def _negative(host: Any, lock: Path, **role_vars: Any) -> str:
     return output
 
 
-def test_wrong_variant_fails_in_preflight(host: Any) -> None:
-    output = _negative(host, LOCK, python_ml_torch_variant="cu126")
-    assert f"Lock {LOCK} (environment train) does not match the stack" in output
-    assert "torch variant cpu (torch 2.13.0+cpu) where the stack wants cu126" in output
-    assert "Nothing was installed" in output
+def test_a_refused_lock_stops_it_in_preflight(host: Any) -> None:
+    """Rule `locks` judges the lock (tests/test_rules.py); its error, as render hands it over,
+    stops the role before pip."""
+    refusal = f"the lock {LOCK} of environment train: lock is for torch variant cpu, not cu130"
+    output = _negative(host, LOCK, python_ml_refusals=[refusal])
+    assert f"{refusal} Nothing was installed." in output
     assert "install the lock" not in output  # never reached pip
 
 

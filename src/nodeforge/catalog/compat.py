@@ -36,6 +36,14 @@ class TorchVariant(Model):
     sm: dict[Arch, list[VersionStr]]
 
 
+class TorchPypi(Model):
+    """PyPI's own Linux torch wheels of a minor release carry no local label (2.15.0, not
+    2.15.0+cu132): this says which CUDA variant they are."""
+
+    torch: str = Field(pattern=r"^\d+\.\d+$")
+    variant: str = Field(pattern=r"^cu\d{3}$")
+
+
 class OfiNcclFloor(Model):
     """From plugin version `plugin` on, NCCL must be at least `min_nccl`."""
 
@@ -83,6 +91,8 @@ class KnownBadWhen(Model):
     gpu_models: list[str] | None = None
     os: list[str] | None = None
     layer: Layer | None = None
+    efa_installer_below: VersionStr | None = None
+    """Only with an EFA installer older than this (a fix shipped in it)."""
 
     @model_validator(mode="after")
     def _something(self) -> KnownBadWhen:
@@ -105,6 +115,7 @@ class Compat(Model):
     cuda_families: list[CudaFamily] = Field(min_length=1)
     sm_min_cuda: list[SmCuda] = Field(min_length=1)
     torch_variants: list[TorchVariant] = Field(min_length=1)
+    torch_pypi: list[TorchPypi] = Field(default_factory=list)
     ofi_nccl_floor: list[OfiNcclFloor] = Field(min_length=1)
     ofi_nccl_ceiling: list[OfiNcclCeiling] = Field(default_factory=list)
     efa_os: list[EfaOs] = Field(min_length=1)
@@ -128,6 +139,16 @@ class Compat(Model):
 
     def torch_variant(self, name: str) -> TorchVariant | None:
         return next((v for v in self.torch_variants if v.name == name), None)
+
+    def pypi_variant(self, torch: str) -> str | None:
+        """The CUDA variant of PyPI's unlabelled torch wheels of this release, if listed."""
+        minor = ".".join(torch.partition("+")[0].split(".")[:2])
+        return next((r.variant for r in self.torch_pypi if r.torch == minor), None)
+
+    def locked_torch(self, version: str, variant: str) -> str:
+        """The torch version a lock pins for this variant: PyPI's own build is unlabelled, the
+        variant indexes' builds carry the variant (2.13.0+cu130, 2.13.0+cpu)."""
+        return version if self.pypi_variant(version) == variant else f"{version}+{variant}"
 
     def fabric_names(self, family: str, branch: int) -> FabricNaming | None:
         return next(

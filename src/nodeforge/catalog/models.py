@@ -427,7 +427,7 @@ class PyTorch(Model):
     variant: str = Field(pattern=r"^(cu\d{3}|cpu)$")
 
 
-Framework = Literal["pytorch", "megatron_core", "transformers", "accelerate", "vllm"]
+Framework = Literal["pytorch", "megatron_core", "transformers", "accelerate", "vllm", "sglang"]
 """The pinned frameworks of a stack, by their field name under `frameworks`."""
 
 _LOCK_PATH = re.compile(
@@ -464,6 +464,8 @@ class PythonEnvironment(Model):
     frameworks: Annotated[list[Framework], AfterValidator(unique)] = Field(min_length=1)
     locks: dict[Arch, LockPath] = Field(default_factory=dict)
     """The lock per architecture (`nodeforge lock` writes it); none yet: the layer refuses it."""
+    pytorch: PyTorch | None = None
+    """This environment's torch where it is not the stack's: vLLM and SGLang pin torch exactly."""
 
     @model_validator(mode="after")
     def _own_torch(self) -> PythonEnvironment:
@@ -477,6 +479,7 @@ class Frameworks(Model):
     python: VersionStr
     pytorch: PyTorch
     vllm: PythonPackage | None = None
+    sglang: PythonPackage | None = None
     megatron_core: PythonPackage | None = None
     transformers: PythonPackage | None = None
     accelerate: PythonPackage | None = None
@@ -489,6 +492,15 @@ class Frameworks(Model):
         package: PythonPackage | None = getattr(self, framework)
         assert package is not None
         return package.version
+
+    def torch_of(self, environment: str) -> PyTorch:
+        """The torch an environment installs: its own pin, else the stack's."""
+        return self.environments[environment].pytorch or self.pytorch
+
+    def torch_variants(self) -> list[str]:
+        """The variant of every torch the stack installs, the stack's own first, each once."""
+        torches = [self.pytorch, *(e.pytorch for e in self.environments.values() if e.pytorch)]
+        return list(dict.fromkeys(torch.variant for torch in torches))
 
     @model_validator(mode="after")
     def _pinned(self) -> Frameworks:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
@@ -198,6 +199,18 @@ def _add_aws_parsers(sub: argparse._SubParsersAction[P], common: P) -> None:
     )
 
 
+def lock_time(value: str) -> datetime:
+    """argparse type of --as-of: a lock's `# locked:` time."""
+    from nodeforge.lock import LOCKED_FORMAT  # noqa: PLC0415 (pydantic, only when given)
+
+    try:
+        return datetime.strptime(value, LOCKED_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"'{value}' is not a UTC time like 2026-12-05T07:27:55Z (a lock's '# locked:' line)"
+        ) from None
+
+
 def _add_lock_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
     p = sub.add_parser(
         "lock",
@@ -225,4 +238,11 @@ def _add_lock_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
         "(default: the variant's PyTorch index, then PyPI)",
     )
     p.add_argument("--find-links", action="append", default=[], metavar="DIR_OR_URL")
+    p.add_argument(
+        "--as-of",
+        type=lock_time,
+        metavar="YYYY-MM-DDTHH:MM:SSZ",
+        help="resolve from what the indexes held then (pip --uploaded-prior-to): a lock's "
+        "'# locked:' time reproduces it",
+    )
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="one lock: write it here")

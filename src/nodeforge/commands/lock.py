@@ -59,11 +59,13 @@ def lock(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
                 stack,
                 environment,
                 arch,
+                catalog.compat,
                 python=args.python,
                 torch_variant=args.torch_variant,
                 platform=args.platform,
                 index_urls=tuple(args.index_url),
                 find_links=tuple(args.find_links),
+                as_of=args.as_of,
                 stack_file=stack_file,
             )
             if args.output is None and request.overrides():
