@@ -33,7 +33,7 @@ podman:
 ## Set up and run the whole suite: linters, type checks, unit tests, then the integration
 ## tests (every Molecule scenario, the local build and its failure modes), which need podman.
 test: lint podman
-	NODEFORGE_REQUIRE_PODMAN=1 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest $(PYTEST_PARALLEL) --durations=20
+	NODEFORGE_REQUIRE_PODMAN=1 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest $(PYTEST_PARALLEL) --durations=50
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

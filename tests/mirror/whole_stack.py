@@ -91,6 +91,9 @@ def write_whole_stack(catalog_dir: Path, mirror: Mirror, vars_file: Path) -> Pat
         "stack": stack["name"],
         "profiles": [PROFILE],
         "layers": list(LAYERS),
+        # byte-compiling torch's tree is most of the environment's install time; an image
+        # built for real keeps the default
+        "vars": {"python_ml_compile_bytecode": False},
     }
     (catalog_dir / f"{IMAGE}.yml").write_text(yaml.safe_dump(image), encoding="utf-8")
     return write_overrides(vars_file, mirror.url)
