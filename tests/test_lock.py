@@ -4,13 +4,14 @@ the pip command for a foreign interpreter, and the `nodeforge lock` command with
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nodeforge.catalog.loader import Catalog
+from nodeforge.catalog.loader import Catalog, load_catalog
 from nodeforge.cli import main
 from nodeforge.errors import InputError
 from nodeforge.lock import (
@@ -30,8 +31,21 @@ from nodeforge.lock import (
     variant_cuda,
 )
 from tests.conftest import SHIPPED
+from tests.mirror.spec import add_reference_stacks
 
 CI_LOCK = SHIPPED / "locks" / "ci" / "train.txt"
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
+    """The shipped catalog with the mirror's reference stacks, whose torch builds (cu126,
+    cu130 of 2.13) are the variant indexes' labelled ones."""
+    copy = tmp_path_factory.mktemp("labelled") / "images"
+    shutil.copytree(SHIPPED, copy, ignore=shutil.ignore_patterns("packer"))
+    add_reference_stacks(copy)
+    return load_catalog(copy)
+
+
 HEADER = LockHeader(
     stack="hopper-2026.11",
     environment="train",
@@ -177,8 +191,8 @@ def test_expand_platform() -> None:
     assert expand_platform("macosx_14_0_arm64") == ["macosx_14_0_arm64"]
 
 
-def test_request_defaults_and_pip_command(shipped: Catalog, tmp_path: Path) -> None:
-    request = request_for(shipped.stacks["blackwell-2026.11"], "serve", "arm64", shipped.compat)
+def test_request_defaults_and_pip_command(labelled: Catalog, tmp_path: Path) -> None:
+    request = request_for(labelled.stacks["blackwell-2026.11"], "serve", "arm64", labelled.compat)
     assert request.requirements() == ["torch==2.13.0+cu130", "vllm==0.29.0"]
     assert request.index_urls == (
         "https://download.pytorch.org/whl/cu130",
@@ -210,12 +224,12 @@ def test_request_for_pypi_s_own_torch(shipped: Catalog, tmp_path: Path) -> None:
     assert "--uploaded-prior-to" not in pip_command(train, tmp_path / "r.json", tmp_path / "t")
 
 
-def test_request_overrides(shipped: Catalog) -> None:
+def test_request_overrides(labelled: Catalog) -> None:
     request = request_for(
-        shipped.stacks["hopper-2026.11"],
+        labelled.stacks["hopper-2026.11"],
         "train",
         "x86_64",
-        shipped.compat,
+        labelled.compat,
         python="3.11",
         torch_variant="cpu",
     )
@@ -223,9 +237,9 @@ def test_request_overrides(shipped: Catalog) -> None:
     assert request.overrides() == "python 3.11 (stack 3.12), torch-variant cpu (stack cu126)"
 
 
-def test_unknown_environment(shipped: Catalog) -> None:
+def test_unknown_environment(labelled: Catalog) -> None:
     with pytest.raises(InputError, match="has no environment 'serve' \\(it has: train\\)"):
-        request_for(shipped.stacks["hopper-2026.11"], "serve", "x86_64", shipped.compat)
+        request_for(labelled.stacks["hopper-2026.11"], "serve", "x86_64", labelled.compat)
 
 
 def test_pip_environment_drops_resolution_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -278,9 +292,9 @@ def test_as_of_is_the_locked_time(shipped: Catalog, monkeypatch: pytest.MonkeyPa
     assert lock.header.locked == "2026-12-05T07:27:55Z"
 
 
-def test_lock_environment_from_report(shipped: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lock_environment_from_report(labelled: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_pip(monkeypatch, {"install": [_item("torch", "2.13.0+cu126", SHA)]})
-    request = request_for(shipped.stacks["hopper-2026.11"], "train", "x86_64", shipped.compat)
+    request = request_for(labelled.stacks["hopper-2026.11"], "train", "x86_64", labelled.compat)
     lock = lock_environment(request, now=datetime(2026, 12, 2, tzinfo=UTC))
     assert lock.header.locked == "2026-12-02T00:00:00Z"
     assert lock.header.torch_variant == "cu126"
@@ -295,10 +309,10 @@ def test_lock_environment_from_report(shipped: Catalog, monkeypatch: pytest.Monk
     ],
 )
 def test_lock_environment_refuses(
-    shipped: Catalog, monkeypatch: pytest.MonkeyPatch, item: dict[str, Any], message: str
+    labelled: Catalog, monkeypatch: pytest.MonkeyPatch, item: dict[str, Any], message: str
 ) -> None:
     _fake_pip(monkeypatch, {"install": [item]})
-    request = request_for(shipped.stacks["hopper-2026.11"], "train", "x86_64", shipped.compat)
+    request = request_for(labelled.stacks["hopper-2026.11"], "train", "x86_64", labelled.compat)
     with pytest.raises(LockFailedError, match=message):
         lock_environment(request)
 
@@ -306,6 +320,7 @@ def test_lock_environment_refuses(
 def test_cli_unreachable_index_writes_nothing(
     catalog_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    add_reference_stacks(catalog_dir)
     _fake_pip(monkeypatch, None)
     code = main(["lock", "hopper-2026.11", "--catalog", str(catalog_dir)])
     err = capsys.readouterr().err
@@ -318,6 +333,7 @@ def test_cli_unreachable_index_writes_nothing(
 def test_cli_writes_the_stack_lock(
     catalog_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    add_reference_stacks(catalog_dir)
     _fake_pip(monkeypatch, {"install": [_item("torch", "2.13.0+cu126", SHA)]})
     assert main(["lock", "hopper-2026.11", "--catalog", str(catalog_dir)]) == 0
     path = catalog_dir / "locks" / "hopper-2026.11" / "train-x86_64.txt"
@@ -330,9 +346,9 @@ def test_cli_writes_the_stack_lock(
     [
         (["nope"], "no stack 'nope'"),
         (["local-debian13"], "the stack has no Python environments"),
-        (["blackwell-2026.11", "-o", "x.txt"], "-o writes one lock"),
-        (["blackwell-2026.11", "--platform", "manylinux_2_28_x86_64"], "one architecture"),
-        (["hopper-2026.11", "--python", "3.11"], "is not the stack's lock"),
+        (["blackwell-2026.12", "-o", "x.txt"], "-o writes one lock"),
+        (["blackwell-2026.12", "--platform", "manylinux_2_28_x86_64"], "one architecture"),
+        (["hopper-2026.12", "--python", "3.11"], "is not the stack's lock"),
     ],
 )
 def test_cli_bad_usage(

@@ -27,6 +27,7 @@ from tests.mirror import (
     MirrorGapError,
     RepoSpec,
     Served,
+    add_reference_stacks,
     build_mirror,
     default_spec,
     serve,
@@ -350,6 +351,7 @@ def test_overlay_refuses_a_stack_the_mirror_does_not_cover(
             "source": "test",
         }
 
+    add_reference_stacks(catalog_dir)
     edit("stacks/hopper-2026.11.yml", add_artifact)
     with pytest.raises(MirrorGapError, match=r"artifacts\.aws_ofi_nccl"):
         write_stack_overlay(catalog_dir, "hopper-2026.11", mirror)

@@ -23,7 +23,14 @@ from tests.integration.conftest import (
     nodeforge_cli,
     require_podman,
 )
-from tests.mirror import build_mirror, default_spec, serve, write_overrides, write_stack_overlay
+from tests.mirror import (
+    add_reference_stacks,
+    build_mirror,
+    default_spec,
+    serve,
+    write_overrides,
+    write_stack_overlay,
+)
 
 pytestmark = local_image_group
 
@@ -43,6 +50,7 @@ def artifact_catalog(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
     mirror = build_mirror(tmp_path / "mirror", default_spec())
     with serve(mirror) as served:
         assert served.mirror.url is not None
+        add_reference_stacks(catalog)
         write_stack_overlay(catalog, "hopper-2026.11", served.mirror)
         image = {
             "name": "local-artifacts",

@@ -22,7 +22,7 @@ from tests.mirror.overlay import (
     write_stack_overlay,
 )
 from tests.mirror.server import MirrorServer, serve_directory
-from tests.mirror.spec import MirrorSpec, default_spec
+from tests.mirror.spec import MirrorSpec, add_reference_stacks, default_spec
 from tests.mirror.tarballs import BuiltTarball, TarballSpec, build_tarball
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "Served",
     "SigningKey",
     "TarballSpec",
+    "add_reference_stacks",
     "build_deb",
     "build_mirror",
     "build_repo",

@@ -1,11 +1,14 @@
 """What a mirror holds, and the default: NVIDIA CUDA repo stubs, EFA and GitHub tarballs.
 
-Versions follow the shipped hopper-2026.11 stack, so a stack overlay covers every download.
+Versions follow the reference stack hopper-2026.11 (REFERENCE_STACKS), so a stack overlay of it
+covers every download.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 from tests.mirror import container_toolkit
 from tests.mirror.aptrepo import RepoSpec
@@ -19,6 +22,18 @@ from tests.mirror.kmod import dkms_package, dkms_rpm
 from tests.mirror.nccl import nccl_packages, nccl_tests_tarball
 from tests.mirror.rpmrepo import ModuleStream, RpmRepoSpec, RpmSpec
 from tests.mirror.tarballs import TarballSpec
+
+REFERENCE_STACKS = Path(__file__).resolve().parents[1] / "fixtures" / "stacks"
+"""hopper-2026.11 and blackwell-2026.11, which the versions here follow. No longer shipped (their
+labelled torch variants lock only from download.pytorch.org); add_reference_stacks puts them in
+a catalog copy."""
+
+
+def add_reference_stacks(catalog_dir: Path) -> None:
+    """Copy the reference stacks into a catalog copy's stacks/."""
+    for stack in REFERENCE_STACKS.glob("*.yml"):
+        shutil.copyfile(stack, catalog_dir / "stacks" / stack.name)
+
 
 DRIVER = "580.95.05"
 DRIVER_BRANCH = DRIVER.split(".", 1)[0]

@@ -1,9 +1,9 @@
 """The whole stack in one image: every layer of the catalog model, composed on Debian 12 and
 installed from a served test mirror, for `nodeforge build --target local` (tests and bench).
 
-The image extends the embedded default and takes the shipped hopper stack through its mirror
-overlay (upstream URLs, stub keys and checksums). Three things differ from a GPU image, each
-because of what these machines can reach:
+The image extends the embedded default and takes the mirror's reference stack (hopper-2026.11,
+tests/fixtures/stacks/) through its mirror overlay (upstream URLs, stub keys and checksums).
+Three things differ from a GPU image, each because of what these machines can reach:
 
 - Debian 12, not 13: the one CPU build of torch on hand is for CPython 3.11 (Debian 12's
   python3); PyPI's Linux x86_64 torch wheels are CUDA builds of several GB, and
@@ -30,7 +30,7 @@ from tests.mirror.build import Mirror, Served, build_mirror, serve
 from tests.mirror.enroot import ENROOT_RELEASE
 from tests.mirror.overlay import STUB_SOURCE, write_overrides, write_stack_overlay
 from tests.mirror.pypi import CI_LOCK, build_index
-from tests.mirror.spec import ENROOT, default_spec
+from tests.mirror.spec import ENROOT, add_reference_stacks, default_spec
 
 IMAGE = "whole-stack-debian12"
 PROFILE = "p5.48xlarge"
@@ -63,6 +63,7 @@ def write_whole_stack(catalog_dir: Path, mirror: Mirror, vars_file: Path) -> Pat
     that points every download at the served mirror. Returns the --vars file."""
     if mirror.url is None:
         raise RuntimeError("serve the mirror first: the --vars file needs its URL")
+    add_reference_stacks(catalog_dir)
     stack_file = write_stack_overlay(catalog_dir, STACK, mirror)
     stack = yaml.safe_load(stack_file.read_text(encoding="utf-8"))
     enroot, enroot_artifacts = _enroot(mirror)
