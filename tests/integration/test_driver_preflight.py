@@ -45,7 +45,8 @@ def _proprietary(target: Target) -> Target:
 
 
 def _newer_cuda(target: Target) -> Target:
-    cuda = target.stack.cuda.model_copy(update={"toolkits": ["13.0.2", "13.1.1"]})
+    # driver 595 runs CUDA 13.2 natively: 13.5 is newer
+    cuda = target.stack.cuda.model_copy(update={"toolkits": ["13.2.2", "13.5.0"]})
     return replace(target, stack=target.stack.model_copy(update={"cuda": cuda}))
 
 
