@@ -117,6 +117,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         if command == "promote":
             return aws_commands.promote(catalog, args, out)
         return aws_commands.prune(catalog, args, out)
+    if command == "outdated":
+        from nodeforge.commands import outdated as outdated_commands
+
+        return outdated_commands.outdated(catalog, args, out)
     from nodeforge.commands import lock as lock_commands
 
     return lock_commands.lock(catalog, args, out)

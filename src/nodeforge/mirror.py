@@ -27,7 +27,12 @@ def resolve_url(url: str, target: Target, mirror: str | None) -> str | None:
             "deb_arch": _DEB_ARCH[target.image.arch],
         },
     )
+    return through_mirror(resolved, mirror)
+
+
+def through_mirror(url: str, mirror: str | None) -> str:
+    """`<mirror>/<upstream host>/<upstream path>`, or the URL itself without a mirror."""
     if mirror is None:
-        return resolved
-    parts = urlsplit(resolved)
+        return url
+    parts = urlsplit(url)
     return f"{mirror.rstrip('/')}/{parts.netloc}{parts.path}"

@@ -113,6 +113,17 @@ def image_of(catalog: Catalog, name: str) -> Image:
     return catalog.images[name]
 
 
+def stack_of(catalog: Catalog, name: str) -> Stack:
+    """The catalog's stack of that name, or InputError with the names there are."""
+    if name not in catalog.stacks:
+        raise InputError(
+            f"no stack '{name}'",
+            file=catalog.root / "stacks",
+            fix=f"pick one of: {', '.join(sorted(catalog.stacks))}",
+        )
+    return catalog.stacks[name]
+
+
 def target_for(catalog: Catalog, image_name: str, profile_name: str | None) -> Target:
     image = image_of(catalog, image_name)
     if profile_name is None:

@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_aws_parsers(sub, common)
 
     _add_lock_parser(sub, common)
+    _add_outdated_parser(sub, common)
 
     p = sub.add_parser("matrix", parents=[common], help="print the support matrix")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
@@ -196,6 +197,24 @@ def _add_aws_parsers(sub: argparse._SubParsersAction[P], common: P) -> None:
     _add_pipeline_config(p)
     p.add_argument(
         "--dry-run", action="store_true", help="say what would go, and why the rest stays"
+    )
+
+
+def _add_outdated_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
+    p = sub.add_parser(
+        "outdated",
+        parents=[common],
+        help="what moved on the package indexes since a stack's locks were made",
+        description="Every file the stack's locks pin against the index it was locked from "
+        "(gone or yanked: the image no longer builds, exit 1), and every framework pin against "
+        "the newest final release there.",
+    )
+    p.add_argument("stack")
+    p.add_argument(
+        "--vars", type=Path, metavar="FILE", help="user overrides: a mirror: is read instead"
+    )
+    p.add_argument(
+        "--fail-on-newer", action="store_true", help="exit 1 on a newer framework release too"
     )
 
 

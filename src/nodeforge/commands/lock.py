@@ -18,19 +18,14 @@ from nodeforge.lock import (
 )
 from nodeforge.outfile import check_output, write_output
 from nodeforge.render import to_json
+from nodeforge.target import stack_of
 
 # The CLI's own ArgumentParser subclass, whatever it is
 P = TypeVar("P", bound=argparse.ArgumentParser)
 
 
 def lock(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
-    stack = catalog.stacks.get(args.stack)
-    if stack is None:
-        raise InputError(
-            f"no stack '{args.stack}'",
-            file=catalog.root / "stacks",
-            fix=f"pick one of: {', '.join(sorted(catalog.stacks))}",
-        )
+    stack = stack_of(catalog, args.stack)
     stack_file = catalog.file_of("stacks", stack.name)
     environments = args.environment or (
         list(stack.frameworks.environments) if stack.frameworks else []
