@@ -137,6 +137,11 @@ def test_show(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "show", "gb200-ubuntu24.04-arm64", "--catalog", str(SHIPPED))
     assert code == 0
     assert "blackwell-2026.12" in out and "p6e-gb200.36xlarge" in out
+    # each Python environment: its own torch, its frameworks, its lock for the image's arch
+    serve = next(line for line in out.splitlines() if line.startswith("env serve"))
+    assert serve.split()[2:] == [
+        "torch", "2.14.0", "cu130,", "vllm", "0.33.0", "locks/blackwell-2026.12/serve-arm64.txt"
+    ]  # fmt: skip
     code, out, _ = _run(capsys, "show", "p5-ubuntu24.04", "--catalog", str(SHIPPED), "--json")
     assert json.loads(out)["stack"]["name"] == "hopper-2026.12"
 

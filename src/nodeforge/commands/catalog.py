@@ -6,10 +6,13 @@ import argparse
 import json
 from typing import TextIO
 
+from nodeforge.catalog.arch import Arch
 from nodeforge.catalog.loader import Catalog
+from nodeforge.catalog.models import Frameworks
 from nodeforge.check import check_targets
 from nodeforge.commands.common import checked_target, print_report
 from nodeforge.errors import EXIT_OK, EXIT_VIOLATIONS
+from nodeforge.lock import FRAMEWORK_DISTRIBUTIONS
 from nodeforge.matrix import HEADERS, support_rows
 from nodeforge.outfile import write_output
 from nodeforge.render import render, to_json
@@ -115,17 +118,7 @@ def show(catalog: Catalog, name: str, as_json: bool, out: TextIO) -> int:
                     if stack.enroot and stack.enroot.pyxis
                     else []
                 ),
-                *(
-                    [
-                        [
-                            "pytorch",
-                            f"{frameworks.pytorch.version} {frameworks.pytorch.variant}",
-                            "pypi",
-                        ]
-                    ]
-                    if frameworks
-                    else []
-                ),
+                *_environment_rows(frameworks, image.arch),
             ],
         ),
         "",
@@ -179,3 +172,21 @@ def matrix(catalog: Catalog, markdown: bool, as_json: bool, out: TextIO) -> int:
     else:
         out.write(text_table(HEADERS, rows) + "\n")
     return EXIT_OK
+
+
+def _environment_rows(frameworks: Frameworks | None, arch: Arch) -> list[list[str]]:
+    """One row per Python environment: its torch and frameworks, and its lock for the arch."""
+    if frameworks is None:
+        return []
+    rows = []
+    for name, environment in frameworks.environments.items():
+        torch = frameworks.torch_of(name)
+        pins = [
+            f"torch {torch.version} {torch.variant}"
+            if framework == "pytorch"
+            else f"{FRAMEWORK_DISTRIBUTIONS[framework][0]} {frameworks.pin(framework)}"
+            for framework in environment.frameworks
+        ]
+        lock = environment.locks.get(arch, f"no lock for {arch}")
+        rows.append([f"env {name}", ", ".join(pins), lock])
+    return rows
