@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEFAULT_IMAGE := local-debian13
+DEFAULT_IMAGE := local-debian12
 # Molecule scenarios wait on podman exec more than on the CPU: three workers on two cores pay
 # off. Tests that share the local image run in one xdist group (tests/integration/conftest.py).
 PYTEST_PARALLEL ?= -n 3 --dist loadgroup
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 ## Set up (venv, podman) and build the embedded default image into a local container image.
 quickstart: $(STAMP) podman
 	$(BIN)/nodeforge check $(DEFAULT_IMAGE)
-	$(BIN)/nodeforge build $(DEFAULT_IMAGE) --target local
+	$(BIN)/nodeforge build $(DEFAULT_IMAGE) --target local --reconverge
 
 ## podman, runc, debootstrap and the rpm tools with the settings these machines need (root;
 ## idempotent).

@@ -1,4 +1,4 @@
-"""Cold local build and no-op re-converge of the embedded default (local-debian13) and of the
+"""Cold local build and no-op re-converge of the light local image (local-debian13) and of the
 whole stack (every layer, tests/mirror/whole_stack.py, from the served test mirror).
 
 Runs `nodeforge build IMAGE --target local --reconverge --json` for each and prints, from that

@@ -24,7 +24,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 def test_check_all_passes(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "check", "--catalog", str(SHIPPED))
     assert code == 0
-    assert "10 targets checked: 0 error(s)" in out
+    assert "11 targets checked: 0 error(s)" in out
 
 
 def test_check_json(capsys: pytest.CaptureFixture[str]) -> None:

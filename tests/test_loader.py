@@ -22,6 +22,7 @@ def test_shipped_catalog_loads(shipped: Catalog) -> None:
         "p5-ubuntu24.04",
         "p6-ubuntu24.04",
         "gb200-ubuntu24.04-arm64",
+        "local-debian12",
         "local-debian13",
         "p5-al2023",
     }

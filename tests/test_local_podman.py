@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +69,13 @@ def test_the_error_in_flight_is_the_one_raised(
     fake_podman(monkeypatch, gone_after_rm=0)
     with pytest.raises(raised), podman.SystemdContainer("img", name="c1"):
         raise raised()
+
+
+def test_read_only_mounts_reach_podman_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls = fake_podman(monkeypatch, gone_after_rm=1)
+    bundle = tmp_path / "ca.crt"
+    with podman.SystemdContainer("img", name="c1", read_only_mounts=[(bundle, "/run/x/ca.crt")]):
+        pass
+    [started] = [c for c in calls if c[0] == "run"]
+    assert f"--volume={bundle}:/run/x/ca.crt:ro" in started
+    assert started.index(f"--volume={bundle}:/run/x/ca.crt:ro") < started.index("img")

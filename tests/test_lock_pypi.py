@@ -17,18 +17,23 @@ from nodeforge.cli import main
 from nodeforge.lock import PYPI, read_lock
 from tests.conftest import SHIPPED
 
-# One shipped stack, every environment: the blackwell locks come from the same command.
-STACK = "hopper-2026.12"
+# Every environment of one GPU stack (the blackwell locks come from the same command) and the
+# embedded default's.
+STACKS = ("hopper-2026.12", "local-debian12")
 
 
-def _locks() -> list[tuple[str, str, Path]]:
-    stack = load_catalog(SHIPPED).stacks[STACK]
-    assert stack.frameworks is not None
-    return [
-        (name, arch, SHIPPED / relative)
-        for name, environment in stack.frameworks.environments.items()
-        for arch, relative in environment.locks.items()
-    ]
+def _locks() -> list[tuple[str, str, str, Path]]:
+    catalog = load_catalog(SHIPPED)
+    found: list[tuple[str, str, str, Path]] = []
+    for name in STACKS:
+        frameworks = catalog.stacks[name].frameworks
+        assert frameworks is not None
+        found += [
+            (name, environment, arch, SHIPPED / relative)
+            for environment, entry in frameworks.environments.items()
+            for arch, relative in entry.locks.items()
+        ]
+    return found
 
 
 @cache
@@ -40,9 +45,9 @@ def _pypi_unreachable() -> str | None:
         return f"PyPI ({PYPI}) does not answer here: {exc}"
 
 
-@pytest.mark.parametrize(("environment", "arch", "path"), _locks(), ids=str)
+@pytest.mark.parametrize(("stack", "environment", "arch", "path"), _locks(), ids=str)
 def test_lock_reproduces_the_shipped_lock(
-    environment: str, arch: str, path: Path, tmp_path: Path
+    stack: str, environment: str, arch: str, path: Path, tmp_path: Path
 ) -> None:
     if reason := _pypi_unreachable():
         pytest.skip(reason)
@@ -50,7 +55,7 @@ def test_lock_reproduces_the_shipped_lock(
     as_of = read_lock(path).header.locked
     code = main(
         [
-            "lock", STACK, "--environment", environment, "--arch", arch,
+            "lock", stack, "--environment", environment, "--arch", arch,
             "--as-of", as_of, "-o", str(written),
         ]
     )  # fmt: skip

@@ -75,6 +75,7 @@ def test_one_stack_version_moves_exactly_its_inputs(shipped: Catalog) -> None:
 def test_nccl_version_moves_nccl_only(shipped: Catalog) -> None:
     target = target_for(shipped, "p5-ubuntu24.04", "p5.48xlarge")
     before = role_inputs(shipped, target)
+    assert target.stack.nccl is not None
     nccl = target.stack.nccl.model_copy(update={"version": "2.27.8-1"})
     after = role_inputs(
         shipped, replace(target, stack=target.stack.model_copy(update={"nccl": nccl}))

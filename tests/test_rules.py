@@ -48,7 +48,7 @@ def test_rule_ids_are_unique() -> None:
 def test_shipped_catalog_passes_every_rule(shipped: Catalog) -> None:
     report = check_targets(targets(shipped))
     assert report.ok, report.errors
-    assert len(report.targets) == 10
+    assert len(report.targets) == 11
 
 
 @pytest.mark.parametrize("pair", [HOPPER, B200, B300, GB200])
@@ -204,6 +204,7 @@ def test_nccl_ofi_bundled_version_mismatch(shipped: Catalog) -> None:
 
 def test_nccl_ofi_floor(shipped: Catalog) -> None:
     target = target_for(shipped, *HOPPER)
+    assert target.stack.nccl is not None
     old_nccl = replace(
         target, stack=_set(target.stack, nccl=_set(target.stack.nccl, version="2.16.5-1"))
     )
@@ -214,6 +215,7 @@ def test_nccl_ofi_floor(shipped: Catalog) -> None:
 def test_nccl_ofi_new_nccl_needs_new_plugin(shipped: Catalog) -> None:
     target = target_for(shipped, *HOPPER)
     assert target.stack.efa is not None and target.stack.aws_ofi_nccl is not None
+    assert target.stack.nccl is not None
     old_plugin = replace(
         target,
         stack=_set(

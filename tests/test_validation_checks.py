@@ -274,3 +274,59 @@ def test_toolkit_cli_of_another_release_fails() -> None:
     # the old check passed "version 1.18.0" inside "version 1.18.0-rc.2"
     with pytest.raises(AssertionError):
         verifier.test_toolkit_at_the_stack_version(_ctk(f"{verifier.TOOLKIT.split('-')[0]}-rc.2"))
+
+
+# --- validation/test_layer_cuda_toolkit.py: the default's libcudart first in the loader -------
+
+
+@pytest.fixture(scope="module")
+def cuda_checks(pytestconfig: pytest.Config) -> ModuleType:
+    _load("validation/conftest.py", "validation_conftest").pytest_configure(pytestconfig)
+    return _load("validation/test_layer_cuda_toolkit.py", "validation_cuda_toolkit")
+
+
+def _cudart_host(soname: str, target: str) -> CannedHost:
+    link = f"/usr/lib/x86_64-linux-gnu/{soname}"
+    return CannedHost(
+        {
+            "ldconfig -p": f"\t{soname} (libc6,x86-64) => {link}\n",
+            f"readlink -f {link}": f"{target}\n",
+        }
+    )
+
+
+def _cuda_manifest(source: str, default: str) -> dict[str, Any]:
+    return {"stack": {"name": "s", "cuda": {"source": source, "default": default}}}
+
+
+def test_debian_cudart_in_the_multiarch_folder_passes(cuda_checks: ModuleType) -> None:
+    host = _cudart_host("libcudart.so.11.0", "/usr/lib/x86_64-linux-gnu/libcudart.so.11.8.89")
+    cuda_checks.test_libcudart_from_the_default(host, _cuda_manifest("distro", "11.8.0"))
+
+
+@pytest.mark.parametrize(
+    ("soname", "target"),
+    [
+        # another toolkit's runtime first in the cache
+        ("libcudart.so.11.0", "/usr/local/cuda-11.7/lib64/libcudart.so.11.7.99"),
+        ("libcudart.so.11.0", "/usr/lib/x86_64-linux-gnu/libcudart.so.11.7.60"),
+        # no CUDA 11 runtime in the cache at all
+        ("libcudart.so.12", "/usr/lib/x86_64-linux-gnu/libcudart.so.12.4.127"),
+    ],
+)
+def test_debian_cudart_of_another_toolkit_fails(
+    cuda_checks: ModuleType, soname: str, target: str
+) -> None:
+    with pytest.raises(AssertionError):
+        cuda_checks.test_libcudart_from_the_default(
+            _cudart_host(soname, target), _cuda_manifest("distro", "11.8.0")
+        )
+
+
+def test_nvidia_cudart_must_come_from_the_default_home(cuda_checks: ModuleType) -> None:
+    manifest = _cuda_manifest("nvidia-repo", "13.2.2")
+    good = _cudart_host("libcudart.so.13", "/usr/local/cuda-13.2/targets/x86_64-linux/lib/x.so")
+    cuda_checks.test_libcudart_from_the_default(good, manifest)
+    bad = _cudart_host("libcudart.so.13", "/usr/local/cuda-13.0/targets/x86_64-linux/lib/x.so")
+    with pytest.raises(AssertionError, match=r"resolves to /usr/local/cuda-13\.0/"):
+        cuda_checks.test_libcudart_from_the_default(bad, manifest)

@@ -92,13 +92,19 @@ def test_nvcc_on_a_login_shell_path(
 
 def test_libcudart_from_the_default(host: Any, nodeforge: dict[str, Any]) -> None:
     cuda = _cuda(nodeforge)
-    if cuda["source"] == "distro":
-        not_applicable("Debian's libcudart lives in the multiarch folder, one toolkit only")
-    soname = f"libcudart.so.{cuda['default'].split('.')[0]}"
+    major, minor = cuda["default"].split(".")[:2]
+    # CUDA 11's runtime soname carries ".0" (libcudart.so.11.0); from 12 on the major alone
+    soname = f"libcudart.so.{major}.0" if major == "11" else f"libcudart.so.{major}"
     listed = loader_paths(host, soname)
     assert listed, f"{soname} is not in the linker cache"
     resolved = host.run("readlink -f %s", listed[0]).stdout.strip()
-    assert resolved.startswith(f"{_home(nodeforge)}/"), f"{soname} resolves to {resolved}"
+    if cuda["source"] == "distro":
+        # Debian's one toolkit keeps its runtime in the multiarch folder, at the component's
+        # own patch level (libcudart.so.11.8.89 for CUDA 11.8.0)
+        pattern = rf"/usr/lib/[a-z0-9_]+-linux-gnu/libcudart\.so\.{major}\.{minor}\.\d+"
+        assert re.fullmatch(pattern, resolved), f"{soname} resolves to {resolved}"
+    else:
+        assert resolved.startswith(f"{_home(nodeforge)}/"), f"{soname} resolves to {resolved}"
 
 
 def test_cudnn_at_the_stack_version(

@@ -60,7 +60,7 @@ def artifacts_for(target: Target) -> dict[str, Artifact]:
         "efa": [stack.efa.artifact if stack.efa else None],
         "gdrcopy": [stack.gdrcopy.artifact if stack.gdrcopy else None],
         "aws_ofi_nccl": [ofi.artifact if ofi and ofi.source == "source" else None],
-        "nccl": [stack.nccl.tests_artifact],
+        "nccl": [stack.nccl.tests_artifact if stack.nccl else None],
         "enroot": [
             *(enroot.packages.get(target.image.arch, []) if enroot else []),
             enroot.pyxis.artifact if enroot and enroot.pyxis else None,

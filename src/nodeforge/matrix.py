@@ -41,7 +41,7 @@ def support_rows(catalog: Catalog) -> list[list[str]]:
                 if t.layer("nvidia_driver")
                 else "-",
                 stack.cuda.default if t.layer("cuda_toolkit") else "-",
-                stack.nccl.version if t.layer("nccl") else "-",
+                stack.nccl.version if stack.nccl and t.layer("nccl") else "-",
                 stack.efa.installer_version if stack.efa and t.layer("efa") else "-",
                 f"{frameworks.pytorch.version} {frameworks.pytorch.variant}"
                 if frameworks and t.layer("python_ml")

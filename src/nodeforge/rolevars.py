@@ -198,6 +198,8 @@ def _aws_ofi_nccl(c: Context) -> Inputs:
 
 def _nccl(c: Context) -> Inputs:
     nccl, cuda = c.target.stack.nccl, c.target.stack.cuda
+    if nccl is None:
+        return {}
     tests = c.artifact(nccl.tests_artifact) if nccl.tests_artifact else None
     owner = "the stack's nccl.tests_artifact"
     return {

@@ -278,6 +278,8 @@ def _nccl_ofi(t: Target) -> Iterator[Problem]:
             f"aws-ofi-nccl {plugin}, but the stack says {declared.version}",
             f"set aws_ofi_nccl.version to {plugin}, or build {declared.version} from source",
         )
+    if t.stack.nccl is None:
+        return
     nccl = Version(t.stack.nccl.version)
     floors = [f for f in t.compat.ofi_nccl_floor if Version(f.plugin) <= plugin]
     if floors:
@@ -354,7 +356,7 @@ def _nvidia_repo(t: Target) -> Iterator[Problem]:
         for layer, source in (
             ("nvidia_driver", t.stack.driver.source),
             ("cuda_toolkit", t.stack.cuda.source),
-            ("nccl", t.stack.nccl.source),
+            ("nccl", t.stack.nccl.source if t.stack.nccl else None),
         )
     )
     os_arch = t.os_arch
@@ -416,6 +418,7 @@ def _fabric_layer(t: Target) -> Iterator[Problem]:
 
 # The stack section each layer installs from; an image that enables the layer needs it.
 LAYER_SECTIONS: dict[str, tuple[str, str]] = {
+    "nccl": ("nccl", "version, source and nccl-tests"),
     "gdrcopy": ("gdrcopy", "version and source artifact"),
     "efa": ("efa", "installer version and artifact"),
     "aws_ofi_nccl": ("aws_ofi_nccl", "version and source"),

@@ -74,7 +74,7 @@ class Target:
             if self.layer("nvidia_driver")
             else None,
             "cuda": " ".join(stack.cuda.toolkits) if self.layer("cuda_toolkit") else None,
-            "nccl": stack.nccl.version if self.layer("nccl") else None,
+            "nccl": stack.nccl.version if self.layer("nccl") and stack.nccl else None,
             "efa-installer": stack.efa.installer_version
             if self.layer("efa") and stack.efa
             else None,

@@ -521,7 +521,8 @@ class Stack(Model):
     architectures: Annotated[list[Arch], AfterValidator(unique)] = Field(min_length=1)
     driver: Driver
     cuda: Cuda
-    nccl: Nccl
+    nccl: Nccl | None = None
+    """None where the distribution packages no NCCL (Debian 12): the nccl layer is then refused."""
     efa: Efa | None = None
     aws_ofi_nccl: AwsOfiNccl | None = None
     gdrcopy: Gdrcopy | None = None
@@ -539,7 +540,7 @@ class Stack(Model):
             "efa.artifact": self.efa.artifact if self.efa else None,
             "aws_ofi_nccl.artifact": self.aws_ofi_nccl.artifact if self.aws_ofi_nccl else None,
             "gdrcopy.artifact": self.gdrcopy.artifact if self.gdrcopy else None,
-            "nccl.tests_artifact": self.nccl.tests_artifact,
+            "nccl.tests_artifact": self.nccl.tests_artifact if self.nccl else None,
             "enroot.pyxis.artifact": self.enroot.pyxis.artifact
             if self.enroot and self.enroot.pyxis
             else None,

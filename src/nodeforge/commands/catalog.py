@@ -35,7 +35,7 @@ def list_entries(catalog: Catalog, kind: str, as_json: bool, out: TextIO) -> int
                 s.name,
                 s.driver.version,
                 ", ".join(s.cuda.toolkits),
-                s.nccl.version,
+                s.nccl.version if s.nccl else "-",
                 s.efa.installer_version if s.efa else "-",
                 s.description,
             ]
@@ -96,7 +96,7 @@ def show(catalog: Catalog, name: str, as_json: bool, out: TextIO) -> int:
             [
                 ["driver", f"{stack.driver.version} ({stack.driver.flavour})", stack.driver.source],
                 ["cuda", ", ".join(stack.cuda.toolkits), stack.cuda.source],
-                ["nccl", stack.nccl.version, stack.nccl.source],
+                *([["nccl", stack.nccl.version, stack.nccl.source]] if stack.nccl else []),
                 *(
                     [["efa installer", stack.efa.installer_version, stack.efa.artifact]]
                     if stack.efa

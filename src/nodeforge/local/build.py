@@ -69,6 +69,20 @@ def base_suite(target: Target) -> str:
     return suite
 
 
+# The build host's CA bundle inside the build container: under /run, podman's tmpfs, so that
+# neither the bundle nor its mount point is committed into the image.
+BUILD_TRUST_STORE = "/run/nodeforge/build-host-ca-certificates.crt"
+_TRUST_STORES = (
+    Path("/etc/ssl/certs/ca-certificates.crt"),  # Debian, Ubuntu
+    Path("/etc/pki/tls/certs/ca-bundle.crt"),  # Fedora, RHEL, Amazon Linux
+)
+
+
+def host_trust_store() -> Path | None:
+    """The build host's system CA bundle, if it has one where distributions put it."""
+    return next((path for path in _TRUST_STORES if path.is_file()), None)
+
+
 def build_local(
     catalog: Catalog,
     target: Target,
@@ -86,6 +100,11 @@ def build_local(
     document = render(
         catalog, target, mode="image", overrides=overrides, overrides_path=overrides_path
     )
+    trust = host_trust_store()
+    if trust is not None and target.layer("python_ml"):
+        # pip in the container trusts what the build host trusts (a TLS-inspecting proxy's CA
+        # included); a user's own python_ml_pip_cert wins
+        document.setdefault("python_ml_pip_cert", BUILD_TRUST_STORE)
     vars_path = work_dir / "vars.json"
     write_output(vars_path, to_json(document))
     _preflight_downloads(target, document, work_dir / "artifacts", progress)
@@ -94,7 +113,8 @@ def build_local(
     base = ensure_base_image(suite, progress=progress)
     name = f"nodeforge-build-{target.image.name}-{uuid.uuid4().hex[:8]}"
     progress(f"booting {name} from {base}")
-    with podman.SystemdContainer(base, name=name) as container:
+    mounts = [(trust, BUILD_TRUST_STORE)] if trust is not None else []
+    with podman.SystemdContainer(base, name=name, read_only_mounts=mounts) as container:
         inventory = work_dir / "inventory.yml"
         inventory.write_text(
             json.dumps(

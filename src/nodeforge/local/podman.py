@@ -7,6 +7,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from types import TracebackType
 
 from nodeforge.errors import InputError
@@ -67,16 +68,29 @@ class SystemdContainer:
     layout systemd expects, whatever the command is called.
     """
 
-    def __init__(self, image: str, *, name: str | None = None, boot_timeout: float = 120.0):
+    def __init__(
+        self,
+        image: str,
+        *,
+        name: str | None = None,
+        boot_timeout: float = 120.0,
+        read_only_mounts: Sequence[tuple[Path, str]] = (),
+    ):
         self.image = image
         self.name = name or f"nodeforge-{uuid.uuid4().hex[:12]}"
         self.boot_timeout = boot_timeout
+        # (host file, path in the container): bind mounts, which `podman commit` leaves out
+        self.read_only_mounts = tuple(read_only_mounts)
 
     def __enter__(self) -> SystemdContainer:
         try:
             run(
                 [
                     "run", "-d", "--name", self.name, "--systemd=always", "--network", "host",
+                    *(
+                        f"--volume={host}:{inside}:ro"
+                        for host, inside in self.read_only_mounts
+                    ),
                     self.image, "/sbin/init",
                 ]
             )  # fmt: skip
