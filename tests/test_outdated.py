@@ -66,7 +66,7 @@ def _outdated(
     capsys: pytest.CaptureFixture[str], overrides: Path, *extra: str
 ) -> tuple[int, list[dict[str, str]]]:
     """Exit code and findings of `outdated --json`."""
-    code = main(["outdated", STACK, "--vars", str(overrides), "--json", *extra])
+    code = main(["outdated", STACK, "--source", "pypi", "--vars", str(overrides), "--json", *extra])
     report = json.loads(capsys.readouterr().out)
     assert report["stack"] == STACK
     findings: list[dict[str, str]] = report["findings"]
@@ -77,11 +77,13 @@ def test_everything_served_reports_nothing(
     index: tuple[Index, MirrorServer, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, server, overrides = index
-    code = main(["outdated", STACK, "--vars", str(overrides)])
+    code = main(["outdated", STACK, "--source", "pypi", "--vars", str(overrides)])
     out, err = capsys.readouterr()
     assert code == 0
-    assert f"{STACK}: 3 lock(s) checked: 0 pin(s) no longer resolve, 0 newer release(s)" in out
-    assert f"[1/3] train x86_64: {server.url}pypi.org/simple" in err  # progress, through the mirror
+    summary = "3 lock(s) checked: 0 pin(s) gone, unverified or unreachable, 0 newer release(s)"
+    assert f"{STACK}: {summary}" in out
+    # progress, through the mirror
+    assert f"[pypi 1/3] train x86_64: {server.url}pypi.org/simple" in err
     assert any(r.startswith("/pypi.org/simple/torch/") for r in server.requests)
 
 

@@ -251,7 +251,7 @@ def _reusable(dest: Path, artifact: Artifact, pin: _SignaturePin | None) -> bool
     signature = _signature_of(dest)
     if pin is None or not signature.is_file():
         return False
-    return _signer(dest, signature, pin.keyring).signed_by(pin.fingerprint)
+    return check_signature(dest, signature, pin.keyring).signed_by(pin.fingerprint)
 
 
 class _Part:
@@ -366,7 +366,7 @@ def _reason(exc: BaseException) -> str:
 # ------------------------------------------------------------------ signature
 
 
-class _Signer:
+class Signer:
     """What gpg said about a detached signature: the status lines, and the primary keys of the
     valid signatures in it (a signature file may hold several)."""
 
@@ -391,7 +391,7 @@ class _Signer:
 
 
 def _verify_signature(name: str, url: str, data: Path, signature: Path, pin: _SignaturePin) -> None:
-    signer = _signer(data, signature, pin.keyring)
+    signer = check_signature(data, signature, pin.keyring)
     if signer.signed_by(pin.fingerprint):
         return
     if not signer.primaries:
@@ -406,7 +406,18 @@ def _verify_signature(name: str, url: str, data: Path, signature: Path, pin: _Si
     )
 
 
-def _signer(data: Path, signature: Path, keyring: Path) -> _Signer:
+def check_signature(data: Path, signature: Path, keyring: Path) -> Signer:
+    """gpg's verdict on a detached signature of `data`, trusting `keyring` alone."""
+    return _gpg_verdict(keyring, ["--verify", str(signature), str(data)])
+
+
+def check_clearsigned(message: Path, keyring: Path, plaintext: Path) -> Signer:
+    """gpg's verdict on a clearsigned message (apt's InRelease); what the signature covers,
+    and nothing around it, goes to `plaintext`."""
+    return _gpg_verdict(keyring, ["--yes", "--output", str(plaintext), "--decrypt", str(message)])
+
+
+def _gpg_verdict(keyring: Path, command: list[str]) -> Signer:
     gpg = shutil.which("gpg")
     if gpg is None:
         raise InputError(
@@ -424,9 +435,9 @@ def _signer(data: Path, signature: Path, keyring: Path) -> _Signer:
                 file=keyring,
                 fix="pass a key exported with gpg --export (armored or binary)",
             )
-        verify = _run([*base, "--status-fd", "1", "--verify", str(signature), str(data)])
+        verify = _run([*base, "--status-fd", "1", *command])
         # The exit status is not the verdict: only VALIDSIG from the pinned key counts.
-        return _Signer(verify.stdout)
+        return Signer(verify.stdout)
     finally:
         gpgconf = shutil.which("gpgconf")
         if gpgconf is not None:

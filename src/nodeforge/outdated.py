@@ -29,8 +29,8 @@ from nodeforge.versions import Version
 Fetch = Callable[[str], str | None]
 """GET a URL as text; None when the index has no such page (404)."""
 
-Kind = Literal["gone", "yanked", "newer", "unreachable"]
-BROKEN: frozenset[Kind] = frozenset({"gone", "yanked", "unreachable"})
+Kind = Literal["gone", "yanked", "unverified", "newer", "unreachable"]
+BROKEN: frozenset[Kind] = frozenset({"gone", "yanked", "unverified", "unreachable"})
 """Findings that mean the stack no longer builds from its locks."""
 
 
@@ -43,16 +43,21 @@ class IndexFile:
 
 @dataclass(frozen=True)
 class Finding:
+    """One pin that moved. PyPI: `environment` is the Python environment, `project` the
+    distribution; apt: the layer and the package."""
+
     kind: Kind
     environment: str
     arch: str
     project: str
     pinned: str
     detail: str
+    source: Literal["pypi", "apt"] = "pypi"
 
     def as_dict(self) -> dict[str, str]:
         return {
             "kind": self.kind,
+            "source": self.source,
             "environment": self.environment,
             "arch": self.arch,
             "project": self.project,
@@ -95,18 +100,6 @@ def parse_simple_page(text: str) -> list[IndexFile]:
     links = _Links()
     links.feed(text)
     return links.files
-
-
-def http_fetch(url: str) -> str | None:
-    request = urllib.request.Request(url, headers={"Accept": "text/html"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            body: bytes = response.read()
-            return body.decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise
 
 
 def _release(filename: str, project: str) -> str | None:

@@ -28,6 +28,8 @@ from nodeforge.target import Target
 EFA_MPI_HOME = "/opt/amazon/openmpi"
 MODE = "nodeforge render --mode"
 
+DEBIAN_ARCHIVE = "http://deb.debian.org/debian"
+
 Inputs = dict[str, tuple[Any, str]]
 """Role variable -> (value, the catalog field that owns it)."""
 
@@ -103,6 +105,8 @@ def _nvidia_driver(c: Context) -> Inputs:
     driver = c.target.stack.driver
     return {
         "nvidia_driver_mode": (c.mode, MODE),
+        # distro: Debian's own archive (its non-free component), through the mirror too
+        "nvidia_driver_distro_archive_url": (c.url(DEBIAN_ARCHIVE), "the mirror (user's vars)"),
         "nvidia_driver_source": (driver.source, "the stack's driver.source"),
         "nvidia_driver_branch": (driver.branch, "the stack's driver.branch"),
         "nvidia_driver_version": (driver.version, "the stack's driver.version"),

@@ -204,17 +204,24 @@ def _add_outdated_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
     p = sub.add_parser(
         "outdated",
         parents=[common],
-        help="what moved on the package indexes since a stack's locks were made",
+        help="what moved upstream since a stack was pinned: PyPI and apt",
         description="Every file the stack's locks pin against the index it was locked from "
         "(gone or yanked: the image no longer builds, exit 1), and every framework pin against "
-        "the newest final release there.",
+        "the newest final release there. Every package the stack's apt layers install at an "
+        "exact version against its repository, as apt reads it (Release signed by the pinned "
+        "key, indexes held to their sha256), for each image that uses the stack: gone or "
+        "unverified is exit 1, a newer version is news.",
     )
     p.add_argument("stack")
     p.add_argument(
         "--vars", type=Path, metavar="FILE", help="user overrides: a mirror: is read instead"
     )
+    p.add_argument("--fail-on-newer", action="store_true", help="exit 1 on a newer release too")
     p.add_argument(
-        "--fail-on-newer", action="store_true", help="exit 1 on a newer framework release too"
+        "--source",
+        choices=["all", "pypi", "apt"],
+        default="all",
+        help="which pins to check (default: all)",
     )
 
 
