@@ -69,6 +69,19 @@ def test_no_dev_dependency_is_installed(installed: Path, tmp_path: Path) -> None
         assert found.returncode != 0, f"{module} is installed: the test proves nothing"
 
 
+def test_package_data_is_installed(installed: Path, tmp_path: Path) -> None:
+    # the Xid policy is data beside the code: a wheel without it classifies nothing
+    loaded = subprocess.run(
+        [
+            str(installed / "python"), "-c",
+            "from nodeforge.xid_policy import action_for; print(action_for(79).action)",
+        ],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "reboot_node"
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_starts(installed: Path, command: str, tmp_path: Path) -> None:
     run = nodeforge(installed, command, "--help", cwd=tmp_path)

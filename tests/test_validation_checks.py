@@ -5,6 +5,7 @@ verifier (molecule/container_runtime/tests/), through canned command output."""
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -13,6 +14,8 @@ import pytest
 from nodeforge.lock import Lock, Locked, LockHeader
 from tests.canned import CannedHost, CannedResult
 from tests.conftest import REPO
+
+OUTPUTS = REPO / "tests" / "fixtures" / "outputs"
 
 
 def _load(relative: str, name: str) -> ModuleType:
@@ -330,3 +333,55 @@ def test_nvidia_cudart_must_come_from_the_default_home(cuda_checks: ModuleType) 
     bad = _cudart_host("libcudart.so.13", "/usr/local/cuda-13.0/targets/x86_64-linux/lib/x.so")
     with pytest.raises(AssertionError, match=r"resolves to /usr/local/cuda-13\.0/"):
         cuda_checks.test_libcudart_from_the_default(bad, manifest)
+
+
+# --- validation/test_gpu.py: dcgmi diag, which must run and pass ---------------------------------
+
+# constructed in the schema of tests/fixtures/outputs/dcgmi/json_r2_pass_t4.json
+ALL_SKIPPED = """{"DCGM GPU Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [
+ {"name": "GPU Memory", "results": [{"gpu_ids": "0", "status": "Skip"}]},
+ {"name": "Diagnostic", "results": [{"gpu_ids": "0", "status": "Skip"}]}]}],
+ "version": "3.3.3"}}"""
+
+
+class _DcgmHost(CannedHost):
+    def exists(self, command: str) -> bool:
+        return command == "dcgmi"
+
+
+class _Level:
+    def getoption(self, name: str) -> str:
+        assert name == "--dcgm-level"
+        return "2"
+
+
+@pytest.fixture(scope="module")
+def gpu_checks(pytestconfig: pytest.Config) -> ModuleType:
+    _load("validation/conftest.py", "validation_conftest").pytest_configure(pytestconfig)
+    return _load("validation/test_gpu.py", "validation_gpu")
+
+
+def _dcgm(output: str) -> _DcgmHost:
+    return _DcgmHost({"dcgmi diag -r 2 --json": output})
+
+
+def test_dcgm_diag_that_passes(gpu_checks: ModuleType) -> None:
+    passed = (OUTPUTS / "dcgmi" / "json_r2_pass_t4.json").read_text(encoding="utf-8")
+    gpu_checks.test_dcgm_diagnostics(_dcgm(passed), _Level())
+
+
+@pytest.mark.parametrize(
+    ("output", "says"),
+    [
+        (ALL_SKIPPED, "ran no test"),
+        ((OUTPUTS / "dcgmi" / "json_4_2_3_software_fail_constructed.json"), "software: "),
+        ((OUTPUTS / "dcgmi" / "json_4_4_1_runtime_error_constructed.json"), "did not complete"),
+    ],
+    ids=["all-skipped", "a-failed-test", "runtime-error"],
+)
+def test_dcgm_diag_that_did_not_pass_fails(
+    gpu_checks: ModuleType, output: str | Path, says: str
+) -> None:
+    text = output.read_text(encoding="utf-8") if isinstance(output, Path) else output
+    with pytest.raises((AssertionError, pytest.fail.Exception), match=says):
+        gpu_checks.test_dcgm_diagnostics(_dcgm(text), _Level())

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from nodeforge.acceptance import nvidia_smi_problems
-from nodeforge.parsers.dcgmi import parse_dcgmi_json
+from nodeforge.parsers.dcgmi import DcgmiFailureError, parse_dcgmi_json
 from nodeforge.parsers.nvidia_smi import DEFAULT_FIELDS, parse_query_gpu
 
 pytestmark = [pytest.mark.gpu, pytest.mark.layer("nvidia_driver"), pytest.mark.stage("target")]
@@ -65,5 +65,14 @@ def test_dcgm_diagnostics(host: Any, pytestconfig: pytest.Config) -> None:
         pytest.skip("dcgmi is not installed on this node")
     level = pytestconfig.getoption("--dcgm-level")
     run = host.run("dcgmi diag -r %s --json", str(level))
-    diag = parse_dcgmi_json(run.stdout)
-    assert diag.failed_tests == ()
+    try:
+        diag = parse_dcgmi_json(run.stdout)
+    except DcgmiFailureError as exc:
+        pytest.fail(f"dcgmi diag -r {level} did not complete: {exc}")
+    failed = [
+        f"{name}: {'; '.join(note.text for note in diag.test(name).all_notes)}"
+        for name in diag.failed_tests
+    ]
+    assert failed == [], failed
+    # every test skipped is not a pass: the GPUs' health is unknown
+    assert diag.passed, f"dcgmi diag -r {level} ran no test ({diag.verdict})"
