@@ -24,6 +24,8 @@ COMMANDS = (
     "prune",
     "lock",
     "matrix",
+    "outdated",
+    "diagnose",
 )
 DEV_ONLY = ("mypy_boto3_ec2", "mypy_boto3_ssm", "moto", "molecule", "mypy")
 

@@ -89,6 +89,10 @@ def _drop_stdout() -> None:
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     # Each command's module is imported when that command runs: `check` and `--version` do not
     # pay for boto3, python-hcl2 and the Packer wrapper (benchmarks/bench_startup.py).
+    if args.command == "diagnose":  # reads tool output, not the catalog: runs on any node
+        from nodeforge.commands.diagnose import diagnose_files
+
+        return diagnose_files(args, out)
     from nodeforge.catalog.loader import load_catalog
 
     catalog = load_catalog(args.catalog or default_catalog())

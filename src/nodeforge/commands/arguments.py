@@ -136,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_lock_parser(sub, common)
     _add_outdated_parser(sub, common)
+    _add_diagnose_parser(sub, common)
 
     p = sub.add_parser("matrix", parents=[common], help="print the support matrix")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
@@ -222,6 +223,27 @@ def _add_outdated_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
         choices=["all", "pypi", "apt"],
         default="all",
         help="which pins to check (default: all)",
+    )
+
+
+def _add_diagnose_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
+    p = sub.add_parser(
+        "diagnose",
+        parents=[common],
+        help="a verdict on a tool output: healthy, fault (with the action), or unreadable",
+        description="Reads what nvidia-smi, dcgmi, nccl-tests, an NCCL_DEBUG log, fi_info, the "
+        "EFA installer or a kernel log (dmesg, journalctl -k) printed, tells which it is, and "
+        "judges it: healthy, a fault with its reason and the recommended action (the Xid "
+        "policy's application / reset_gpu / reboot_node / replace_node where the node is at "
+        "fault), or unreadable with what each reader expected. Exit 0: all healthy; 1: a fault; "
+        "2: unreadable input. Needs no catalog.",
+    )
+    p.add_argument(
+        "files",
+        nargs="*",
+        type=Path,
+        metavar="FILE",
+        help="tool outputs to read; - or none: standard input",
     )
 
 
