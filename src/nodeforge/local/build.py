@@ -9,6 +9,7 @@ half-tagged: the commit is an untagged image until the single `podman tag` at th
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -153,7 +154,7 @@ def build_local(
         bom = _bom(target, container)
         ref = image_ref_for(target)
         progress(f"committing {ref}")
-        committed = _commit(container.name, target)
+        committed = _commit(container.name, target, progress)
     _tag(committed, ref)
     return BuildSummary(
         image_ref=ref,
@@ -243,21 +244,38 @@ def _bom(target: Target, container: podman.SystemdContainer) -> dict[str, str]:
     return {**bom, **target.pinned_versions()}
 
 
-def _commit(container: str, target: Target) -> str:
-    """The container as an untagged image; its id."""
-    result = podman.run(
-        [
-            "commit",
-            "--change",
-            'CMD ["/sbin/init"]',
-            "--change",
-            f"LABEL org.nodeforge.image={target.image.name}",
-            "--change",
-            f"LABEL org.nodeforge.stack={target.stack.name}",
-            container,
-        ]
-    )
-    return result.stdout.strip().splitlines()[-1]
+# How often a long `podman commit` says it is still at work (a CUDA image is many GB).
+COMMIT_HEARTBEAT_S = 30.0
+
+
+def _commit(container: str, target: Target, progress: Progress) -> str:
+    """The container as an untagged image; its id. Says every half minute that it is still at
+    work: committing a CUDA image writes many GB."""
+    argv = [
+        podman.podman_path(), "commit",
+        "--change", 'CMD ["/sbin/init"]',
+        "--change", f"LABEL org.nodeforge.image={target.image.name}",
+        "--change", f"LABEL org.nodeforge.stack={target.stack.name}",
+        container,
+    ]  # fmt: skip
+    started = time.monotonic()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while True:
+            try:
+                out, err = process.communicate(timeout=COMMIT_HEARTBEAT_S)
+                break
+            except subprocess.TimeoutExpired:
+                progress(f"still committing ({time.monotonic() - started:.0f} s)")
+    except BaseException:
+        process.kill()  # Ctrl-C: no half-written image keeps running behind us
+        process.wait()
+        raise
+    if process.returncode != 0:
+        raise podman.PodmanError(
+            f"{' '.join(argv)} exited {process.returncode}: {(err or out).strip()}"
+        )
+    return out.strip().splitlines()[-1]
 
 
 def _tag(committed: str, ref: str) -> None:
