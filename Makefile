@@ -26,7 +26,7 @@ quickstart: $(STAMP) podman
 ## idempotent).
 podman:
 	@command -v podman >/dev/null && command -v debootstrap >/dev/null \
-	  && command -v createrepo_c >/dev/null \
+	  && command -v createrepo_c >/dev/null && command -v promtool >/dev/null \
 	  && test -f /etc/containers/containers.conf.d/50-nodeforge.conf \
 	  || tools/setup-podman.sh
 

@@ -13,8 +13,10 @@ fi
 # slirp4netns are podman's fallbacks where kernel overlay or host networking are unavailable,
 # and runc replaces crun, which refuses the hybrid cgroup layout of these machines. rpm and
 # createrepo-c build the test mirror's stub rpm repository (rpmbuild, rpmsign, createrepo_c).
+# prometheus provides promtool, which the monitoring tests (tests/test_monitoring.py) run to
+# check and unit-test the alert rules in monitoring/prometheus.
 PACKAGES=(podman runc conmon uidmap fuse-overlayfs slirp4netns containernetworking-plugins
-  debootstrap ca-certificates tar rpm createrepo-c)
+  debootstrap ca-certificates tar rpm createrepo-c prometheus)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
