@@ -26,6 +26,7 @@ COMMANDS = (
     "matrix",
     "outdated",
     "diagnose",
+    "xid-watch",
 )
 DEV_ONLY = ("mypy_boto3_ec2", "mypy_boto3_ssm", "moto", "molecule", "mypy")
 

@@ -93,6 +93,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         from nodeforge.commands.diagnose import diagnose_files
 
         return diagnose_files(args, out)
+    if args.command == "xid-watch":  # runs on the GPU node itself, which has no catalog
+        from nodeforge.commands.xid_watch import xid_watch
+
+        return xid_watch(args, out)
     from nodeforge.catalog.loader import load_catalog
 
     catalog = load_catalog(args.catalog or default_catalog())

@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_lock_parser(sub, common)
     _add_outdated_parser(sub, common)
     _add_diagnose_parser(sub, common)
+    _add_xid_watch_parser(sub, common)
 
     p = sub.add_parser("matrix", parents=[common], help="print the support matrix")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
@@ -245,6 +246,68 @@ def _add_diagnose_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
         metavar="FILE",
         help="tool outputs to read; - or none: standard input",
     )
+
+
+def _add_xid_watch_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
+    p = sub.add_parser(
+        "xid-watch",
+        parents=[common],
+        help="follow the kernel log: Xid metrics for node_exporter, an alarm and hooks",
+        description="Reads the kernel log line by line (dmesg, journalctl -k, /dev/kmsg), judges "
+        "each NVIDIA Xid by the Xid policy, and keeps a node_exporter textfile up to date "
+        "(nodeforge_gpu_xid_total, nodeforge_node_health, nodeforge_node_action_required). "
+        "The first event asking for reset_gpu or more writes the state file, logs at priority "
+        "crit/err and runs the hooks. Needs no catalog.",
+    )
+    p.add_argument(
+        "--source",
+        default="-",
+        metavar="FILE",
+        help="the kernel log: a file, /dev/kmsg, or - for standard input (default), e.g. "
+        "journalctl -k -f -o short-monotonic | nodeforge xid-watch ...",
+    )
+    p.add_argument(
+        "--textfile", type=Path, required=True, metavar="PATH", help="the .prom file to keep"
+    )
+    p.add_argument(
+        "--state", type=Path, required=True, metavar="PATH", help="JSON written on the alarm"
+    )
+    p.add_argument(
+        "--hook",
+        action="append",
+        default=[],
+        metavar="CMD",
+        help="run on the alarm, without a shell, with NODEFORGE_ACTION, NODEFORGE_REASON, "
+        "NODEFORGE_XID, NODEFORGE_GPU set (repeatable)",
+    )
+    p.add_argument(
+        "--once", action="store_true", help="read to the end of the log and exit (no following)"
+    )
+    p.add_argument(
+        "--poll-interval",
+        type=_seconds,
+        default=1.0,
+        metavar="S",
+        help="seconds between looks for new lines at the end of a file (default 1)",
+    )
+    p.add_argument(
+        "--hook-timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="S",
+        help="seconds a hook may run before it is killed (default 60)",
+    )
+
+
+def _seconds(value: str) -> float:
+    """argparse type of a wait: a positive number of seconds."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds <= 86400:  # also NaN and inf, which time.sleep refuses
+        raise argparse.ArgumentTypeError(f"'{value}' is not a number of seconds up to a day")
+    return seconds
 
 
 def lock_time(value: str) -> datetime:
