@@ -27,6 +27,7 @@ COMMANDS = (
     "outdated",
     "diagnose",
     "xid-watch",
+    "health-gate",
 )
 DEV_ONLY = ("mypy_boto3_ec2", "mypy_boto3_ssm", "moto", "molecule", "mypy")
 

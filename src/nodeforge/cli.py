@@ -97,6 +97,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         from nodeforge.commands.xid_watch import xid_watch
 
         return xid_watch(args, out)
+    if args.command == "health-gate":  # runs at boot on the GPU node, which has no catalog
+        from nodeforge.commands.health_gate import health_gate
+
+        return health_gate(args, out)
     from nodeforge.catalog.loader import load_catalog
 
     catalog = load_catalog(args.catalog or default_catalog())

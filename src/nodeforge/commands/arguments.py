@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_outdated_parser(sub, common)
     _add_diagnose_parser(sub, common)
     _add_xid_watch_parser(sub, common)
+    _add_health_gate_parser(sub, common)
 
     p = sub.add_parser("matrix", parents=[common], help="print the support matrix")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
@@ -296,6 +297,38 @@ def _add_xid_watch_parser(sub: argparse._SubParsersAction[P], common: P) -> None
         default=60.0,
         metavar="S",
         help="seconds a hook may run before it is killed (default 60)",
+    )
+
+
+def _add_health_gate_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
+    p = sub.add_parser(
+        "health-gate",
+        parents=[common],
+        help="boot-time GPU node checks before the scheduler daemon starts",
+        description="Checks the node against what the catalog expects of its instance type: "
+        "GPU count and model, loaded driver module against the installed driver, fabric "
+        "manager and IMEX, EFA devices, pending row remaps, and the Xid watcher's state file "
+        "(reboot_node or replace_node fails). Exit 0: passed; 1: a check failed; 2: bad input. "
+        "Needs no catalog.",
+    )
+    p.add_argument(
+        "--expect",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="JSON of each instance type's gpu_count, gpu_model, driver_version, "
+        "efa_interfaces, fabric_manager and imex",
+    )
+    p.add_argument(
+        "--instance-type",
+        metavar="TYPE",
+        help="default: /sys/devices/virtual/dmi/id/product_name (the instance type on EC2 Nitro)",
+    )
+    p.add_argument(
+        "--xid-state",
+        type=Path,
+        metavar="FILE",
+        help="the xid-watch state file (--state); missing: no Xid event since boot",
     )
 
 
