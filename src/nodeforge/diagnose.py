@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from nodeforge.parsers import dcgmi, efa_installer, fi_info, kernel_log, nccl_tests, nvidia_smi
-from nodeforge.xid_policy import classify
+from nodeforge.xid_policy import ACTIONS, classify
 
 Verdict = Literal["healthy", "fault", "unreadable"]
 
@@ -151,12 +151,9 @@ def _remap_problems(gpu: str, rows: nvidia_smi.RemappedRows | None) -> list[tupl
     return []
 
 
-_ORDER = ("application", "reset_gpu", "reboot_node", "replace_node")
-
-
 def _worst_of(problems: list[tuple[str, str]]) -> _Finding:
     def rank(action: str) -> int:
-        return _ORDER.index(action) if action in _ORDER else len(_ORDER)
+        return ACTIONS.index(action) if action in ACTIONS else len(ACTIONS)
 
     reason, action = max(problems, key=lambda problem: rank(problem[1]))
     return _Finding("fault", reason, action, tuple(p for p, _ in problems))
