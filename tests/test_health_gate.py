@@ -326,7 +326,7 @@ def test_no_dmi_product_name_fails() -> None:
 def node(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeRunner, FakeFiles]:
     runner, files = healthy_p5()
     monkeypatch.setattr("nodeforge.commands.health_gate.SubprocessRunner", lambda: runner)
-    monkeypatch.setattr("nodeforge.commands.health_gate.LocalFiles", lambda: files)
+    monkeypatch.setattr("nodeforge.commands.health_gate.LocalFiles", lambda _root: files)
     return runner, files
 
 
@@ -411,3 +411,32 @@ def test_cli_refuses_a_missing_expect_file(
 ) -> None:
     assert main(["health-gate", "--expect", str(tmp_path / "none.json")]) == 2
     assert "cannot read the file" in capsys.readouterr().err
+
+
+def test_cli_root_reads_proc_and_sys_under_another_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runner, files = healthy_p5()
+    monkeypatch.setattr("nodeforge.commands.health_gate.SubprocessRunner", lambda: runner)
+    root = tmp_path / "host"
+    for path, text in files.texts.items():
+        (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root / path.lstrip("/")).write_text(text, encoding="utf-8")
+    for path, names in files.dirs.items():
+        for name in names:
+            (root / path.lstrip("/") / name).mkdir(parents=True)
+    expect = write_expect(tmp_path, EXPECT)
+
+    assert main(["health-gate", "--expect", str(expect), "--root", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["instance_type"] == P5
+
+    # the watcher's state file is read where it is, not under the stand-in tree
+    state = tmp_path / "xid-state.json"
+    state.write_text('{"action": "replace_node", "reason": "Xid 79"}', encoding="utf-8")
+    monkeypatch.setenv("NODEFORGE_HOST_ROOT", str(root))
+    assert main(["health-gate", "--expect", str(expect), "--xid-state", str(state), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["reason"] == "xid: replace_node: Xid 79"
+
+    (root / INFINIBAND_DIR.lstrip("/") / "rdmap79s0").rmdir()
+    assert main(["health-gate", "--expect", str(expect), "--json"]) == 1
+    assert "EFA" in json.loads(capsys.readouterr().out)["reason"]

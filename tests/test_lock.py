@@ -3,7 +3,6 @@ the pip command for a foreign interpreter, and the `nodeforge lock` command with
 
 from __future__ import annotations
 
-import json
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +30,7 @@ from nodeforge.lock import (
     variant_cuda,
 )
 from tests.conftest import SHIPPED
+from tests.fake_pip import fake_pip, report_item
 from tests.mirror.spec import add_reference_stacks
 
 CI_LOCK = SHIPPED / "locks" / "ci" / "train.txt"
@@ -250,29 +250,6 @@ def test_pip_environment_drops_resolution_settings(monkeypatch: pytest.MonkeyPat
     assert env["PIP_CERT"] == "/etc/ssl/certs/ca-certificates.crt"
 
 
-def _fake_pip(monkeypatch: pytest.MonkeyPatch, report: dict[str, Any] | None) -> None:
-    """pip replaced: writes `report` where --report says, or fails as an unreachable index."""
-
-    def run(command: list[str], **_: Any) -> Any:
-        class Result:
-            returncode = 0 if report is not None else 1
-            stderr = "ERROR: No matching distribution found for torch==2.13.0+cu126"
-
-        if report is not None:
-            Path(command[command.index("--report") + 1]).write_text(json.dumps(report))
-        return Result()
-
-    monkeypatch.setattr("nodeforge.lock.subprocess.run", run)
-
-
-def _item(name: str, version: str, sha: str | None) -> dict[str, Any]:
-    archive = {"hashes": {"sha256": sha}} if sha else {}
-    return {
-        "metadata": {"name": name, "version": version},
-        "download_info": {"url": f"https://files/{name}.whl", "archive_info": archive},
-    }
-
-
 def test_as_of_must_be_a_lock_time(catalog_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["lock", "hopper-2026.12", "--as-of", "yesterday", "--catalog", str(catalog_dir)])
@@ -283,7 +260,7 @@ def test_as_of_must_be_a_lock_time(catalog_dir: Path, capsys: pytest.CaptureFixt
 
 
 def test_as_of_is_the_locked_time(shipped: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_pip(monkeypatch, {"install": [_item("torch", "2.15.0", SHA)]})
+    fake_pip(monkeypatch, {"install": [report_item("torch", "2.15.0", SHA)]})
     as_of = datetime(2026, 12, 5, 7, 27, 55, tzinfo=UTC)
     request = request_for(
         shipped.stacks["hopper-2026.12"], "train", "x86_64", shipped.compat, as_of=as_of
@@ -293,7 +270,7 @@ def test_as_of_is_the_locked_time(shipped: Catalog, monkeypatch: pytest.MonkeyPa
 
 
 def test_lock_environment_from_report(labelled: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_pip(monkeypatch, {"install": [_item("torch", "2.13.0+cu126", SHA)]})
+    fake_pip(monkeypatch, {"install": [report_item("torch", "2.13.0+cu126", SHA)]})
     request = request_for(labelled.stacks["hopper-2026.11"], "train", "x86_64", labelled.compat)
     lock = lock_environment(request, now=datetime(2026, 12, 2, tzinfo=UTC))
     assert lock.header.locked == "2026-12-02T00:00:00Z"
@@ -304,14 +281,14 @@ def test_lock_environment_from_report(labelled: Catalog, monkeypatch: pytest.Mon
 @pytest.mark.parametrize(
     ("item", "message"),
     [
-        (_item("torch", "2.13.0+cu126", None), "no sha256 for torch"),
-        (_item("torch", "2.13.0", SHA), "the indexes gave the wrong torch"),
+        (report_item("torch", "2.13.0+cu126", None), "no sha256 for torch"),
+        (report_item("torch", "2.13.0", SHA), "the indexes gave the wrong torch"),
     ],
 )
 def test_lock_environment_refuses(
     labelled: Catalog, monkeypatch: pytest.MonkeyPatch, item: dict[str, Any], message: str
 ) -> None:
-    _fake_pip(monkeypatch, {"install": [item]})
+    fake_pip(monkeypatch, {"install": [item]})
     request = request_for(labelled.stacks["hopper-2026.11"], "train", "x86_64", labelled.compat)
     with pytest.raises(LockFailedError, match=message):
         lock_environment(request)
@@ -321,7 +298,7 @@ def test_cli_unreachable_index_writes_nothing(
     catalog_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     add_reference_stacks(catalog_dir)
-    _fake_pip(monkeypatch, None)
+    fake_pip(monkeypatch, None)
     code = main(["lock", "hopper-2026.11", "--catalog", str(catalog_dir)])
     err = capsys.readouterr().err
     assert code == 1
@@ -334,7 +311,7 @@ def test_cli_writes_the_stack_lock(
     catalog_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     add_reference_stacks(catalog_dir)
-    _fake_pip(monkeypatch, {"install": [_item("torch", "2.13.0+cu126", SHA)]})
+    fake_pip(monkeypatch, {"install": [report_item("torch", "2.13.0+cu126", SHA)]})
     assert main(["lock", "hopper-2026.11", "--catalog", str(catalog_dir)]) == 0
     path = catalog_dir / "locks" / "hopper-2026.11" / "train-x86_64.txt"
     assert f"{path}: 1 requirements" in capsys.readouterr().out

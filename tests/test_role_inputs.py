@@ -65,11 +65,15 @@ def test_one_stack_version_moves_exactly_its_inputs(shipped: Catalog) -> None:
         shipped, replace(target, stack=target.stack.model_copy(update={"driver": driver}))
     )
     changed = {name for name in before if before[name] != after[name]}
+    # the boot-time gate compares the loaded driver with it
     assert changed == {
         "nvidia_driver_version",
         "nvidia_fabric_driver_version",
+        "gpu_health_expectations",
     }
     assert after["nvidia_driver_version"] == after["nvidia_fabric_driver_version"] == "580.105.08"
+    expected = after["gpu_health_expectations"]["p6-b200.48xlarge"]
+    assert expected["driver_version"] == "580.105.08"
 
 
 def test_nccl_version_moves_nccl_only(shipped: Catalog) -> None:

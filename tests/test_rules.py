@@ -522,3 +522,39 @@ def test_an_environment_s_own_torch_is_judged(shipped: Catalog) -> None:
     )
     [finding] = _errors(cu126, "torch-sm")
     assert "cu126" in finding.message and "sm_100" in finding.message
+
+
+def _tools_lock(target: Target) -> Path:
+    return target.catalog_root / "locks" / "nodeforge-tools" / "py3.12-x86_64.txt"
+
+
+def test_node_tools_lock(shipped: Catalog, tmp_path: Path) -> None:
+    target = target_for(shipped, *HOPPER)
+    assert _findings(target, "node-tools-lock") == []
+    elsewhere = replace(target, catalog_root=tmp_path)
+    [missing] = _errors(elsewhere, "node-tools-lock")
+    assert f"{_tools_lock(elsewhere)} of the node tools" in missing.message
+    assert "python -m nodeforge.node_tools lock --python 3.12 --arch x86_64" in missing.fix
+    lock = read_lock(_tools_lock(target))
+    _tools_lock(elsewhere).parent.mkdir(parents=True)
+    _tools_lock(elsewhere).write_text(
+        render_lock(Lock(lock.header.model_copy(update={"python": "3.11"}), lock.requirements)),
+        encoding="utf-8",
+    )
+    [other] = _errors(elsewhere, "node-tools-lock")
+    assert "was made for Python 3.11, the image's tools run on 3.12" in other.message
+    _tools_lock(elsewhere).write_text("pydantic==2.14.4\n", encoding="utf-8")
+    [broken] = _errors(elsewhere, "node-tools-lock")
+    assert f"the node tools' lock {_tools_lock(elsewhere)}: " in broken.message
+    off = replace(elsewhere, image=_set(target.image, layers=["base", "image_cleanup"]))
+    assert _findings(off, "node-tools-lock") == []
+
+
+def test_dcgm_missing_is_a_warning(shipped: Catalog) -> None:
+    target = target_for(shipped, *HOPPER)
+    assert _findings(target, "dcgm") == []
+    without = replace(target, stack=_set(target.stack, dcgm=None))
+    [finding] = _findings(without, "dcgm")
+    assert finding.severity == "warning"
+    assert "no dcgm section" in finding.message and "dcgmi diag" in finding.message
+    assert "dcgm.version" in finding.fix

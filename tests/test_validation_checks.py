@@ -1,10 +1,13 @@
-"""Checks that used to pass whatever the node said, fed a broken node: the validation suite's
-torch NCCL check (validation/test_layer_python_ml.py) and the container_runtime Molecule
-verifier (molecule/container_runtime/tests/), through canned command output."""
+"""Validation checks fed a broken node through canned command output, each beside its pass
+case: the torch NCCL check (validation/test_layer_python_ml.py), the container_runtime Molecule
+verifier (molecule/container_runtime/tests/), `dcgmi diag` (validation/test_gpu.py) and the
+gpu_health layer's checks (validation/test_layer_gpu_health.py)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -385,3 +388,171 @@ def test_dcgm_diag_that_did_not_pass_fails(
     text = output.read_text(encoding="utf-8") if isinstance(output, Path) else output
     with pytest.raises((AssertionError, pytest.fail.Exception), match=says):
         gpu_checks.test_dcgm_diagnostics(_dcgm(text), _Level())
+
+
+# --- validation/test_layer_gpu_health.py: DCGM, the node tools, the gate's files --------------
+
+DCGM_CORE, DCGM_CUDA = "datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13"
+P5_EXPECTED = {
+    "gpu_count": 8,
+    "gpu_model": "H100",
+    "efa_interfaces": 32,
+    "fabric_manager": True,
+    "imex": False,
+}
+HEALTH_NODEFORGE: dict[str, Any] = {
+    "stack": {
+        "name": "hopper-2026.12",
+        "dcgm": {"version": "4.6.0"},
+        "cuda": {"default": "13.2.2"},
+        "driver": {"version": "595.91.07"},
+    },
+    "health_expectations": {"p5.48xlarge": P5_EXPECTED},
+}
+TOOLS_PINS = {"pydantic": "2.14.4", "pyyaml": "6.0.4"}
+TOOLS_LIST = "/opt/nodeforge/tools/bin/python -m pip list --format=json --disable-pip-version-check"
+TOOLS_HELP = "/opt/nodeforge/tools/bin/python /opt/nodeforge/tools/nodeforge.pyz health-gate --help"
+EXPECT_FILE = "cat /etc/nodeforge/health-expect.json"
+
+
+@pytest.fixture(scope="module")
+def health_checks(pytestconfig: pytest.Config) -> ModuleType:
+    _load("validation/conftest.py", "validation_conftest").pytest_configure(pytestconfig)
+    return _load("validation/test_layer_gpu_health.py", "validation_gpu_health")
+
+
+def _dcgm_node(
+    version: str = "1:4.6.0-1", held: tuple[str, ...] = (DCGM_CORE, DCGM_CUDA)
+) -> CannedHost:
+    answers: dict[str, str | CannedResult] = {
+        "dpkg --get-selections": "".join(
+            f"{p}\t\t\t{'hold' if p in held else 'install'}\n" for p in (DCGM_CORE, DCGM_CUDA)
+        )
+    }
+    for package in (DCGM_CORE, DCGM_CUDA):
+        answers[f"dpkg-query --show --showformat='${{Version}}' {package}"] = version
+        answers[f"dpkg-query --show --showformat='${{db:Status-Status}}' {package}"] = "installed"
+    return CannedHost(answers)
+
+
+def test_dcgm_at_the_stack_version_with_nvidia_s_epoch_passes(health_checks: ModuleType) -> None:
+    health_checks.test_dcgm_at_the_stack_version_and_held(
+        _dcgm_node(), HEALTH_NODEFORGE, lambda *_: None
+    )
+
+
+@pytest.mark.parametrize(
+    ("node", "says"),
+    [
+        (_dcgm_node(version="1:4.4.2-1"), "4.4.2"),
+        (_dcgm_node(version="1:4.6.0.1-1"), "4.6.0.1"),
+        (_dcgm_node(held=(DCGM_CORE,)), f"not held: ['{DCGM_CUDA}']"),
+    ],
+    ids=["another-version", "a-longer-version", "not-held"],
+)
+def test_dcgm_off_the_stack_fails(health_checks: ModuleType, node: CannedHost, says: str) -> None:
+    with pytest.raises(AssertionError, match=re.escape(says)):
+        health_checks.test_dcgm_at_the_stack_version_and_held(
+            node, HEALTH_NODEFORGE, lambda *_: None
+        )
+
+
+def _tools_node(installed: dict[str, str]) -> CannedHost:
+    listed = json.dumps([{"name": name, "version": v} for name, v in installed.items()])
+    return CannedHost({TOOLS_LIST: listed, TOOLS_HELP: "usage: nodeforge health-gate --expect"})
+
+
+def test_node_tools_equal_to_the_lock_pass(health_checks: ModuleType) -> None:
+    node = _tools_node({"pip": "25.3", "pydantic": "2.14.4", "PyYAML": "6.0.4"})
+    health_checks.test_node_tools_equal_the_lock(
+        node, {"gpu_health_tools_lock": {"requirements": TOOLS_PINS}}, lambda *_: None
+    )
+
+
+@pytest.mark.parametrize(
+    ("installed", "says"),
+    [
+        ({"pydantic": "2.13.0", "PyYAML": "6.0.4"}, "2.13.0"),
+        ({"pydantic": "2.14.4", "PyYAML": "6.0.4", "requests": "2.33.0"}, "['requests']"),
+        ({"pydantic": "2.14.4"}, "pyyaml"),
+    ],
+    ids=["another-version", "an-extra-package", "a-missing-package"],
+)
+def test_node_tools_off_the_lock_fail(
+    health_checks: ModuleType, installed: dict[str, str], says: str
+) -> None:
+    with pytest.raises(AssertionError, match=re.escape(says)):
+        health_checks.test_node_tools_equal_the_lock(
+            _tools_node(installed),
+            {"gpu_health_tools_lock": {"requirements": TOOLS_PINS}},
+            lambda *_: None,
+        )
+
+
+def _expected(**changes: Any) -> str:
+    entry = {**P5_EXPECTED, "driver_version": "595.91.07"}
+    return json.dumps({"p5.48xlarge": {**entry, **changes}})
+
+
+def test_gate_expect_file_of_the_catalog_passes(health_checks: ModuleType) -> None:
+    node = CannedHost({EXPECT_FILE: _expected()})
+    health_checks.test_gate_expects_what_the_catalog_says(node, HEALTH_NODEFORGE)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _expected(driver_version="580.95.05"),
+        _expected(gpu_count=4),
+        CannedResult(1, "", "No such file"),
+    ],
+    ids=["another-driver", "another-count", "missing"],
+)
+def test_gate_expect_file_off_the_catalog_fails(
+    health_checks: ModuleType, text: str | CannedResult
+) -> None:
+    with pytest.raises(AssertionError):
+        health_checks.test_gate_expects_what_the_catalog_says(
+            CannedHost({EXPECT_FILE: text}), HEALTH_NODEFORGE
+        )
+
+
+def _units_node(dropin: str | CannedResult) -> CannedHost:
+    gate = "/usr/local/libexec/nodeforge/hardware-gate"
+    answers: dict[str, str | CannedResult] = {
+        "cat /etc/systemd/system/slurmd.service.d/nodeforge-health-gate.conf": dropin
+    }
+    for unit in ("nodeforge-xid-watch.service", "nodeforge-health-gate.service"):
+        answers[f"systemctl is-enabled {unit}"] = "enabled"
+        answers[f"systemctl show -p ExecCondition {unit}"] = (
+            f"ExecCondition={{ path={gate} ; argv[]={gate} gpu ; ignore_errors=no }}"
+        )
+    return CannedHost(answers)
+
+
+GATE_DROPIN = (
+    "[Unit]\nRequires=nodeforge-health-gate.service\nAfter=nodeforge-health-gate.service\n"
+)
+
+
+def test_gated_unit_that_requires_the_gate_passes(health_checks: ModuleType) -> None:
+    health_checks.test_watcher_and_gate_enabled_before_the_gated_units(
+        _units_node(GATE_DROPIN), {"gpu_health_gated_units": ["slurmd.service"]}
+    )
+
+
+@pytest.mark.parametrize(
+    ("dropin", "says"),
+    [
+        (CannedResult(1, "", "No such file or directory"), "slurmd.service does not require"),
+        ("[Unit]\nAfter=nodeforge-health-gate.service\n", "After="),
+    ],
+    ids=["no-drop-in", "ordered-but-not-required"],
+)
+def test_gated_unit_that_does_not_require_the_gate_fails(
+    health_checks: ModuleType, dropin: str | CannedResult, says: str
+) -> None:
+    with pytest.raises(AssertionError, match=re.escape(says)):
+        health_checks.test_watcher_and_gate_enabled_before_the_gated_units(
+            _units_node(dropin), {"gpu_health_gated_units": ["slurmd.service"]}
+        )

@@ -314,3 +314,42 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def _fake_journalctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log: Path) -> Path:
+    """journalctl replaced on PATH: prints `log` and records its arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    called = tmp_path / "journalctl.args"
+    script = bin_dir / "journalctl"
+    script.write_text(f'#!/bin/sh\necho "$@" > {called}\ncat {log}\n', encoding="utf-8")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return called
+
+
+@pytest.mark.parametrize(
+    ("once", "follow"), [(["--once"], ""), ([], " --follow --no-tail")], ids=["once", "follow"]
+)
+def test_command_reads_this_boots_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, once: list[str], follow: str
+) -> None:
+    called = _fake_journalctl(tmp_path, monkeypatch, LOGS / "journal_xid120_gsp_crashcat.log")
+    # following: the watcher ends when journalctl does, as with standard input
+    assert main(_args(tmp_path, *once, "--source", "journal")) == 0
+    assert called.read_text().strip() == (
+        "--dmesg --boot --no-pager --output=short-monotonic" + follow
+    )
+    counts = _xid_counts((tmp_path / "xid.prom").read_text())
+    assert {xid for xid, _, _ in counts} == {"120"}
+    assert json.loads((tmp_path / "state.json").read_text())["xid"] == 120
+
+
+def test_command_without_journalctl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(_args(tmp_path, "--once", "--source", "journal")) == 2
+    err = capsys.readouterr().err
+    assert "field '--source': cannot run journalctl" in err and "/dev/kmsg" in err
+    assert "Traceback" not in err

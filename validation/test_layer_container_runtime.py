@@ -16,7 +16,15 @@ from typing import Any
 import pytest
 import yaml
 
-from nodeforge.probes import file_text, held_packages, package_status, package_version, unit_state
+from nodeforge.probes import (
+    HARDWARE_GATE,
+    file_text,
+    held_packages,
+    package_status,
+    package_version,
+    runs_hardware_gate,
+    unit_state,
+)
 
 pytestmark = pytest.mark.layer("container_runtime")
 TOOLKIT = [
@@ -29,7 +37,6 @@ ENGINES = {
     "containerd": ("containerd", "containerd.service"),
     "docker": ("docker.io", "docker.service"),
 }
-GATE = "/usr/local/libexec/nodeforge/hardware-gate"
 SPEC = "/var/run/cdi/nvidia.yaml"
 RUNTIME = "/usr/bin/nvidia-container-runtime"
 
@@ -103,10 +110,10 @@ def test_nvidia_runtime_configured(host: Any, nodeforge: dict[str, Any]) -> None
 def test_cdi_unit_enabled_behind_the_gate(host: Any, nodeforge: dict[str, Any]) -> None:
     unit = _cdi_unit(_runtime(nodeforge)["toolkit_version"])
     assert unit_state(host, unit) == "enabled", unit
-    gate = host.file(GATE)
-    assert gate.is_file and gate.mode & 0o111, f"{GATE} is missing or not executable"
-    shown = host.run("systemctl show -p ExecCondition %s", unit).stdout
-    assert f"argv[]={GATE} " in shown, f"{unit} does not run the GPU gate: {shown}"
+    gate = host.file(HARDWARE_GATE)
+    assert gate.is_file and gate.mode & 0o111, f"{HARDWARE_GATE} is missing or not executable"
+    shown = runs_hardware_gate(host, unit, "gpu")
+    assert shown is None, f"{unit} does not run the GPU gate: {shown}"
     # absent GPUs skip the unit (condition not met), they never leave it failed
     assert host.run("systemctl is-failed %s", unit).stdout.strip() != "failed", unit
 
@@ -120,7 +127,7 @@ def test_cdi_spec_names_every_gpu(
     expected = int(nodeforge["profile"]["gpu"]["count"])
     text = file_text(host, SPEC)
     if text is None:
-        gate = host.run("%s gpu", GATE).stdout.strip()
+        gate = host.run("%s gpu", HARDWARE_GATE).stdout.strip()
         journal = host.run("journalctl -u %s -b -n 10 --no-pager", unit).stdout
         pytest.fail(f"{SPEC} is missing; gate: {gate}; {unit}: {journal}", pytrace=False)
     spec = yaml.safe_load(text)

@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 
-from nodeforge.probes import unit_state
+from nodeforge.probes import HARDWARE_GATE, runs_hardware_gate, unit_state
 from nodeforge.report import not_applicable
 
 pytestmark = pytest.mark.layer("gdrcopy")
 UNIT = "gdrcopy.service"
-GATE = "/usr/local/libexec/nodeforge/hardware-gate"
 DEVICE = "/dev/gdrdrv"
 RUNTIME_VERSION = (
     "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); a, b = ctypes.c_int(), ctypes.c_int(); "
@@ -100,10 +99,10 @@ def test_gdrdrv_built_for_every_image_kernel(
 
 def test_unit_enabled_behind_the_gate(host: Any) -> None:
     assert unit_state(host, UNIT) == "enabled"
-    gate = host.file(GATE)
-    assert gate.is_file and gate.mode & 0o111, f"{GATE} is missing or not executable"
-    shown = host.run("systemctl show -p ExecCondition %s", UNIT).stdout
-    assert f"argv[]={GATE} " in shown, f"{UNIT} does not run the gate: {shown}"
+    gate = host.file(HARDWARE_GATE)
+    assert gate.is_file and gate.mode & 0o111, f"{HARDWARE_GATE} is missing or not executable"
+    shown = runs_hardware_gate(host, UNIT, "gpu")
+    assert shown is None, f"{UNIT} does not run the gate: {shown}"
 
 
 def test_unit_not_failed(host: Any) -> None:
@@ -122,7 +121,7 @@ def test_not_started_at_build(host: Any) -> None:
 def test_gdrdrv_loaded_and_device_ready(host: Any, nodeforge: dict[str, Any]) -> None:
     version = _version(nodeforge)
     state = host.run("systemctl is-active %s", UNIT).stdout.strip()
-    gate = host.run("%s gpu", GATE).stdout.strip()
+    gate = host.run("%s gpu", HARDWARE_GATE).stdout.strip()
     assert state == "active", f"{UNIT} is {state}; the gate said: {gate}"
     device = host.file(DEVICE)
     assert device.exists and device.is_character_device, f"{DEVICE} is missing"

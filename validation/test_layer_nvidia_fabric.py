@@ -9,11 +9,17 @@ from typing import Any
 
 import pytest
 
-from nodeforge.probes import held_packages, package_status, package_version, unit_state
+from nodeforge.probes import (
+    HARDWARE_GATE,
+    held_packages,
+    package_status,
+    package_version,
+    runs_hardware_gate,
+    unit_state,
+)
 from nodeforge.report import not_applicable
 
 pytestmark = pytest.mark.layer("nvidia_fabric")
-GATE = "/usr/local/libexec/nodeforge/hardware-gate"
 NVLSM_PID = "/var/run/nvidia-fabricmanager/nvlsm.pid"
 FABRIC_MANAGER = "nvidia-fabricmanager.service"
 IMEX = "nvidia-imex.service"
@@ -85,12 +91,12 @@ def test_nvlsm_prerequisites(host: Any, nodeforge: dict[str, Any]) -> None:
 
 
 def test_units_enabled_behind_the_gate(host: Any, nodeforge: dict[str, Any]) -> None:
-    gate = host.file(GATE)
-    assert gate.is_file and gate.mode & 0o111, f"{GATE} is missing or not executable"
+    gate = host.file(HARDWARE_GATE)
+    assert gate.is_file and gate.mode & 0o111, f"{HARDWARE_GATE} is missing or not executable"
     for unit, check in _units(nodeforge).items():
         assert unit_state(host, unit) == "enabled", unit
-        shown = host.run("systemctl show -p ExecCondition %s", unit).stdout
-        assert f"argv[]={GATE} {check} " in shown, f"{unit} does not run the gate: {shown}"
+        shown = runs_hardware_gate(host, unit, check)
+        assert shown is None, f"{unit} does not run the gate: {shown}"
 
 
 def test_no_hardware_service_failed(host: Any, nodeforge: dict[str, Any]) -> None:
@@ -107,7 +113,7 @@ def test_nothing_started_at_build(host: Any, nodeforge: dict[str, Any]) -> None:
 
 
 def _active(host: Any, unit: str, check: str) -> None:
-    gate = host.run("%s %s", GATE, check)
+    gate = host.run("%s %s", HARDWARE_GATE, check)
     state = host.run("systemctl is-active %s", unit).stdout.strip()
     assert state == "active", f"{unit} is {state}; the gate said: {gate.stdout.strip()}"
 
@@ -125,7 +131,7 @@ def test_fabric_manager_active(host: Any, nodeforge: dict[str, Any]) -> None:
 def test_nvlsm_running(host: Any, nodeforge: dict[str, Any]) -> None:
     if not _interconnect(nodeforge)["nvlsm"]:
         not_applicable(f"{nodeforge['profile']['name']} runs no NVLSM")
-    gate = host.run("%s nvlsm", GATE)
+    gate = host.run("%s nvlsm", HARDWARE_GATE)
     assert gate.rc == 0, f"no NVLink 5 switch management bridge seen: {gate.stdout.strip()}"
     # fabric manager's start script launches NVLSM and records its pid
     running = host.run("kill -0 $(cat %s)", NVLSM_PID)

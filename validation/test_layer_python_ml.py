@@ -129,7 +129,9 @@ def test_torch_variant_is_the_stack_s(
 def _locked_nccl(name: str, lock: Lock) -> str | None:
     """The NCCL torch loads: its wheel's nvidia-nccl-cuXX from the lock, at the CUDA major of the
     lock's torch variant (x.y.z, as torch.cuda.nccl.version() gives it); None for a CPU torch."""
-    cuda = variant_cuda(lock.header.torch_variant)
+    variant = lock.header.torch_variant
+    assert variant is not None, f"{name}: the lock names no torch variant"
+    cuda = variant_cuda(variant)
     if cuda is None:
         return None
     distribution = f"nvidia-nccl-cu{cuda.split('.')[0]}"

@@ -138,13 +138,20 @@ class SubprocessRunner:
         return done.returncode, done.stdout, done.stderr
 
 
+@dataclass(frozen=True)
 class LocalFiles:
+    root: Path = Path("/")
+    """Where /proc and /sys are: another tree stands in for them in a container test."""
+
     def read_text(self, path: str) -> str:
         # sysfs and procfs files are small; a stray byte must not stop the boot check
-        return Path(path).read_text(encoding="utf-8", errors="replace")
+        return self._under_root(path).read_text(encoding="utf-8", errors="replace")
 
     def list_dir(self, path: str) -> list[str]:
-        return sorted(os.listdir(path))
+        return sorted(os.listdir(self._under_root(path)))
+
+    def _under_root(self, path: str) -> Path:
+        return self.root / path.lstrip("/")
 
 
 # --- results ------------------------------------------------------------------------------
@@ -378,8 +385,11 @@ def run_gate(
     files: FileReader,
     instance_type: str | None = None,
     xid_state: str | None = None,
+    state_files: FileReader | None = None,
 ) -> GateResult:
-    """Every check, in order; without a known instance type there is nothing to check against."""
+    """Every check, in order; without a known instance type there is nothing to check against.
+    `files` reads the host's /proc and /sys, `state_files` (default: `files`) the watcher's
+    state file, which is nodeforge's own and never under a stand-in host tree."""
     if instance_type is None:
         try:
             instance_type = read_instance_type(files)
@@ -402,6 +412,6 @@ def run_gate(
             check_unit(runner, "imex", IMEX_UNIT, expect.imex),
             check_efa(files, expect),
             check_remapped_rows(runner),
-            check_xid_state(files, xid_state),
+            check_xid_state(state_files or files, xid_state),
         ),
     )

@@ -33,7 +33,7 @@ import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -119,7 +119,8 @@ class LockHeader(BaseModel):
     environment: str
     python: str = Field(pattern=r"^3\.\d+$")
     platform: str
-    torch_variant: str = Field(pattern=r"^(cu\d{3}|cpu)$")
+    torch_variant: str | None = Field(default=None, pattern=r"^(cu\d{3}|cpu)$")
+    """None in a lock without torch (the node tools' environment, nodeforge.node_tools)."""
     index_urls: list[str] = Field(min_length=1)
     find_links: list[str] = Field(default_factory=list)
     locked: str
@@ -382,7 +383,27 @@ def request_for(
     )
 
 
-def pip_command(request: LockRequest, report: Path, target: Path) -> list[str]:
+class Resolvable(Protocol):
+    """What pip resolves: requirements for one interpreter and platform, from indexes."""
+
+    @property
+    def stack(self) -> str: ...
+    @property
+    def environment(self) -> str: ...
+    @property
+    def python(self) -> str: ...
+    @property
+    def platform(self) -> str: ...
+    @property
+    def index_urls(self) -> tuple[str, ...]: ...
+    @property
+    def find_links(self) -> tuple[str, ...]: ...
+    @property
+    def as_of(self) -> datetime | None: ...
+    def requirements(self) -> list[str]: ...
+
+
+def pip_command(request: Resolvable, report: Path, target: Path) -> list[str]:
     """pip resolving for the target interpreter and platform, wheels only, nothing installed."""
     command = [
         sys.executable,
@@ -443,7 +464,9 @@ def locked_from_report(report: dict[str, Any]) -> tuple[Locked, ...]:
     return tuple(locked)
 
 
-def lock_environment(request: LockRequest, *, now: datetime | None = None) -> Lock:
+def resolve(request: Resolvable) -> tuple[Locked, ...]:
+    """Every file pip would install for the request, each with its sha256; nothing downloaded
+    but metadata. LockFailedError with pip's verdict when it does not resolve."""
     with tempfile.TemporaryDirectory(prefix="nodeforge-lock-") as tmp:
         report_path = Path(tmp) / "report.json"
         result = subprocess.run(
@@ -463,19 +486,31 @@ def lock_environment(request: LockRequest, *, now: datetime | None = None) -> Lo
                 f"{' '.join(request.index_urls + request.find_links)}: " + " | ".join(said)
             )
         report = json.loads(report_path.read_text(encoding="utf-8"))
+    return locked_from_report(report)
+
+
+def resolved_header(request: Resolvable, now: datetime | None, **more: Any) -> LockHeader:
+    """The header of a lock resolved for `request`, at its as-of time or now; `more` adds
+    fields only some requests have (torch_variant, overrides)."""
+    return LockHeader(
+        stack=request.stack,
+        environment=request.environment,
+        python=request.python,
+        platform=request.platform,
+        index_urls=list(request.index_urls),
+        find_links=list(request.find_links),
+        locked=(request.as_of or now or datetime.now(UTC)).strftime(LOCKED_FORMAT),
+        **more,
+    )
+
+
+def lock_environment(request: LockRequest, *, now: datetime | None = None) -> Lock:
+    locked = resolve(request)
     lock = Lock(
-        LockHeader(
-            stack=request.stack,
-            environment=request.environment,
-            python=request.python,
-            platform=request.platform,
-            torch_variant=request.torch_variant,
-            index_urls=list(request.index_urls),
-            find_links=list(request.find_links),
-            locked=(request.as_of or now or datetime.now(UTC)).strftime(LOCKED_FORMAT),
-            overrides=request.overrides(),
+        resolved_header(
+            request, now, torch_variant=request.torch_variant, overrides=request.overrides()
         ),
-        locked_from_report(report),
+        locked,
     )
     try:
         check_lock(

@@ -99,6 +99,17 @@ def loader_paths(host: Host, soname: str) -> list[str]:
     ]
 
 
+HARDWARE_GATE = "/usr/local/libexec/nodeforge/hardware-gate"
+"""base's boot-time gate, the ExecCondition= of every unit that needs NVIDIA hardware."""
+
+
+def runs_hardware_gate(host: Host, unit: str, check: str) -> str | None:
+    """None when the unit's ExecCondition= runs the hardware gate with `check` (gpu,
+    fabricmanager, ...); else what systemd shows instead."""
+    shown = str(host.run("systemctl show -p ExecCondition %s", unit).stdout)
+    return None if f"argv[]={HARDWARE_GATE} {check} " in shown else shown
+
+
 def file_text(host: Host, path: str) -> str | None:
     result = host.run("cat %s", path)
     return result.stdout if result.rc == 0 else None

@@ -154,9 +154,26 @@ def _image_facts(catalog: Catalog, target: Target, mirror: str | None) -> dict[s
         "compute_capabilities": sorted(
             {catalog.profiles[name].gpu.compute_capability for name in target.image.profiles}
         ),
+        "health_expectations": health_expectations(catalog, target),
         "aws_ofi_nccl_version": str(v) if (v := target.ofi_nccl_version()) else None,
         "mirror": mirror,
     }
+
+
+def health_expectations(catalog: Catalog, target: Target) -> dict[str, dict[str, Any]]:
+    """What the boot-time health gate expects of each instance type the image serves, from its
+    profile (nodeforge.health_gate.Expectation less the driver, which is the stack's)."""
+    expectations = {}
+    for name in target.image.profiles:
+        profile = catalog.profiles[name]
+        expectations[name] = {
+            "gpu_count": profile.gpu.count,
+            "gpu_model": profile.gpu.model,
+            "efa_interfaces": profile.network.efa_interfaces,
+            "fabric_manager": profile.interconnect.fabric_manager,
+            "imex": profile.interconnect.imex,
+        }
+    return expectations
 
 
 def manifest_document(

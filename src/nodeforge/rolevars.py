@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from nodeforge.catalog.models import AptRepository, Artifact
-from nodeforge.lock import index_urls_for
+from nodeforge.lock import PYPI, index_urls_for, read_lock
 from nodeforge.mirror import resolve_url
+from nodeforge.node_tools import lock_path as tools_lock_path
+from nodeforge.node_tools import tools_python
 from nodeforge.target import Target
 
 # The EFA installer's Open MPI (efa_mpi defaults to openmpi4, installed under this prefix).
@@ -300,12 +302,46 @@ def _enroot(c: Context) -> Inputs:
     }
 
 
+def _gpu_health(c: Context) -> Inputs:
+    stack, arch = c.target.stack, c.target.image.arch
+    dcgm = stack.dcgm
+    python = tools_python(c.target.os.python)
+    catalog = Path(os.path.abspath(c.catalog_root))
+    lock = catalog / tools_lock_path(python, arch)
+    # the lock's pins, read here once; a missing or broken lock: rule `node-tools-lock`
+    pins = read_lock(lock).versions() if lock.is_file() else {}
+    return {
+        "gpu_health_mode": (c.mode, MODE),
+        "gpu_health_dcgm": (dcgm is not None, "the stack's dcgm"),
+        "gpu_health_dcgm_version": (dcgm.version if dcgm else "", "the stack's dcgm.version"),
+        # NVIDIA ships DCGM's diagnostics per CUDA major: the one the stack's toolkit has
+        "gpu_health_dcgm_cuda_major": (
+            int(stack.cuda.default.split(".")[0]),
+            "the stack's cuda.default",
+        ),
+        "gpu_health_expectations": (
+            {
+                instance_type: {**expected, "driver_version": stack.driver.version}
+                for instance_type, expected in c.manifest.get("health_expectations", {}).items()
+            },
+            "the image's profiles (gpu, network.efa_interfaces, interconnect) and the stack's "
+            "driver.version",
+        ),
+        "gpu_health_tools_python": (python, "the OS entry's python (3.11 at least)"),
+        "gpu_health_tools_lock": (
+            {"path": str(lock), "requirements": pins},
+            f"the catalog's {tools_lock_path(python, arch)}",
+        ),
+        "gpu_health_tools_index_url": (c.url(PYPI), "the --vars file's mirror"),
+    }
+
+
 def _image_cleanup(c: Context) -> Inputs:
     return {"image_cleanup_mode": (c.mode, MODE)}
 
 
 # The NVIDIA repository's inputs come with the first layer that installs from it.
-_NVIDIA_REPO_LAYERS = ("nvidia_driver", "nvidia_fabric", "cuda_toolkit", "nccl")
+_NVIDIA_REPO_LAYERS = ("nvidia_driver", "nvidia_fabric", "cuda_toolkit", "nccl", "gpu_health")
 
 LAYER_INPUTS: Mapping[str, Callable[[Context], Inputs]] = {
     "base": _base,
@@ -319,6 +355,7 @@ LAYER_INPUTS: Mapping[str, Callable[[Context], Inputs]] = {
     "python_ml": _python_ml,
     "container_runtime": _container_runtime,
     "enroot": _enroot,
+    "gpu_health": _gpu_health,
     "image_cleanup": _image_cleanup,
 }
 

@@ -21,6 +21,8 @@ from nodeforge.lock import (
     read_lock,
     wheel_machine,
 )
+from nodeforge.node_tools import lock_path as tools_lock_path
+from nodeforge.node_tools import tools_python
 from nodeforge.rolevars import Context, derived_var_problem, role_inputs
 from nodeforge.target import Target
 from nodeforge.versions import Version
@@ -449,6 +451,40 @@ def _enroot(t: Target) -> Iterator[Problem]:
         )
 
 
+def _node_tools_lock(t: Target) -> Iterator[Problem]:
+    python = tools_python(t.os.python)
+    path = t.catalog_root / tools_lock_path(python, t.image.arch)
+    make = f"`python -m nodeforge.node_tools lock --python {python} --arch {t.image.arch}`"
+    if not path.is_file():
+        yield Problem(
+            f"the lock {path} of the node tools (xid-watch, health-gate) for Python {python} "
+            f"on {t.image.arch} does not exist",
+            f"write it with {make} where PyPI answers",
+        )
+        return
+    try:
+        lock = read_lock(path)
+    except InputError as exc:
+        yield Problem(f"the node tools' lock {path}: {exc.message}", f"rewrite it with {make}")
+        return
+    if lock.header.python != python:
+        yield Problem(
+            f"the node tools' lock {path} was made for Python {lock.header.python}, the image's "
+            f"tools run on {python}",
+            f"rewrite it with {make}",
+        )
+
+
+def _dcgm(t: Target) -> Iterator[Problem]:
+    if t.stack.dcgm is None:
+        yield Problem(
+            f"stack {t.stack.name} has no dcgm section: the image gets no DCGM, so `dcgmi diag` "
+            "cannot run at target stage and that required check fails there",
+            "add dcgm.version to the stack (DCGM 4 from NVIDIA's CUDA repository)",
+            "warning",
+        )
+
+
 # Layers whose roles have a dnf path (Amazon Linux 2023); docs/al2023.md says what the others lack.
 DNF_LAYERS: frozenset[str] = frozenset(
     {"base", "nvidia_driver", "nvidia_fabric", "cuda_toolkit", "gdrcopy", "image_cleanup"}
@@ -546,6 +582,13 @@ RULES: tuple[Rule, ...] = (
     Rule("fabric-layer", "NVSwitch / IMEX profiles get the nvidia_fabric layer", _fabric_layer),
     Rule("layer-section", "every enabled layer has its stack section", _layer_section),
     Rule("enroot", "the enroot layer has packages for the image", _enroot, "enroot"),
+    Rule(
+        "node-tools-lock",
+        "the node tools' lock exists for the image's tools Python and architecture",
+        _node_tools_lock,
+        "gpu_health",
+    ),
+    Rule("dcgm", "a gpu_health image gets DCGM", _dcgm, "gpu_health"),
     Rule("dnf-layers", "on a dnf OS, only layers that have a dnf path", _dnf_layers),
     Rule("known-bad", "no combination listed in compat.yml known_bad", _known_bad),
     Rule("derived-vars", "no layer's vars set a role input the catalog derives", _derived_vars),

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge.lock import read_lock
 from tests.conftest import REPO
 from tests.mirror import build_mirror, default_spec, molecule_env, serve
-from tests.mirror.pypi import CI_LOCK, pypi_env, serve_pypi
+from tests.mirror.pypi import pypi_env, serve_pypi, served_locks
 
 SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
 
@@ -57,7 +56,7 @@ def test_mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     """The stub NVIDIA/EFA mirror and the locks' PyPI index on loopback, for scenarios of
     layers Debian cannot serve."""
     mirror = build_mirror(tmp_path_factory.mktemp("mirror"), default_spec())
-    locks = [read_lock(CI_LOCK)]
+    locks = served_locks()
     with serve(mirror) as served, serve_pypi(tmp_path_factory.mktemp("pypi"), locks) as pypi:
         yield {**molecule_env(served.mirror), **pypi_env(pypi)}
 

@@ -15,9 +15,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from nodeforge.lock import read_lock
 from tests.mirror.build import build_mirror, molecule_env, serve
-from tests.mirror.pypi import CI_LOCK, pypi_env, serve_pypi
+from tests.mirror.pypi import pypi_env, serve_pypi, served_locks
 from tests.mirror.spec import default_spec
 
 
@@ -26,7 +25,7 @@ def main() -> None:
         mirror = build_mirror(Path(tmp) / "mirror", default_spec())
         with (
             serve(mirror) as served,
-            serve_pypi(Path(tmp) / "pypi", [read_lock(CI_LOCK)]) as pypi,
+            serve_pypi(Path(tmp) / "pypi", served_locks()) as pypi,
         ):
             env = {**molecule_env(served.mirror), **pypi_env(pypi)}
             for name, value in env.items():

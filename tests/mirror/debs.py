@@ -26,6 +26,7 @@ class DebSpec:
     architecture: str = "amd64"
     summary: str = ""
     depends: tuple[str, ...] = ()
+    recommends: tuple[str, ...] = ()
     provides: tuple[str, ...] = ()
     section: str = "misc"
     files: Mapping[str, str | bytes] = field(default_factory=dict)
@@ -50,6 +51,8 @@ class DebSpec:
         ]
         if self.depends:
             lines.append(f"Depends: {', '.join(self.depends)}")
+        if self.recommends:
+            lines.append(f"Recommends: {', '.join(self.recommends)}")
         if self.provides:
             lines.append(f"Provides: {', '.join(self.provides)}")
         lines += [

@@ -22,11 +22,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from nodeforge.lock import Lock, Locked, canonical, expand_platform, pip_environment
+from nodeforge.lock import Lock, Locked, canonical, expand_platform, pip_environment, read_lock
+from nodeforge.node_tools import lock_path as tools_lock_path
 from tests.mirror.server import MirrorServer, serve_directory
 
 ENV_VAR = "NODEFORGE_TEST_PYPI"
 CI_LOCK = Path(__file__).resolve().parents[2] / "images" / "locks" / "ci" / "train.txt"
+TOOLS_LOCK = Path(__file__).resolve().parents[2] / "images" / tools_lock_path("3.11", "x86_64")
+"""The node tools' lock for Debian 12's Python: the gpu_health scenario installs it."""
+
+
+def served_locks() -> list[Lock]:
+    """What the scenarios and the whole-stack image install from the loopback index."""
+    return [read_lock(CI_LOCK), read_lock(TOOLS_LOCK)]
 
 
 def wheel_cache() -> Path:

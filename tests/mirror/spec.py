@@ -13,6 +13,7 @@ from pathlib import Path
 from tests.mirror import container_toolkit
 from tests.mirror.aptrepo import RepoSpec
 from tests.mirror.cuda import cuda_packages, cuda_rpms
+from tests.mirror.dcgm import dcgm_packages, dcgm_rpms
 from tests.mirror.debs import DebSpec
 from tests.mirror.efa import efa_installer_tarball
 from tests.mirror.enroot import enroot_debs, pyxis_tarball
@@ -49,6 +50,9 @@ NCCL_TESTS_SHIPPED = "2.19.6"
 CONTAINER_TOOLKIT = "1.18.0-1"
 ENROOT = "4.2.1"
 PYXIS = "0.24.0"
+# DCGM 4 at the upstream version; its packages carry NVIDIA's epoch: 1:4.4.2-1. 4.4.2 keeps the
+# 4.0-4.6 layout the stubs model (4.7 split the core into dcgmi, nv-hostengine and libdcgm).
+DCGM = "4.4.2"
 # NVLSM versions on its own calendar, not the driver's: nvlsm_2025.06.10-1_amd64.deb in
 # ubuntu2404/x86_64 (a third-party install guide quotes that file name).
 NVLSM = "2025.06.10-1"
@@ -112,6 +116,7 @@ def _cuda_common(deb_suffix: str) -> tuple[DebSpec, ...]:
             files=_fabric_manager_files(DRIVER),
         ),
         *_fabric_extras(deb_suffix),
+        *dcgm_packages(DCGM),
     )
 
 
@@ -357,7 +362,7 @@ def _fabric_manager_rpm(version: str) -> str:
 def amzn2023_repo(distro_arch: str = "amzn2023/x86_64") -> RpmRepoSpec:
     """NVIDIA's CUDA repository for Amazon Linux 2023: the driver only through its module
     streams (`<branch>-open`, `<branch>-dkms`), two branches of them; outside them nvlsm (it
-    versions on its own) and the CUDA toolkits and cuDNN as rpms; and the repo key."""
+    versions on its own), the CUDA toolkits and cuDNN, and DCGM as rpms; and the repo key."""
     path = f"{CUDA_REPO_HOST}/{distro_arch}"
     streams = [
         ModuleStream(
@@ -376,7 +381,7 @@ def amzn2023_repo(distro_arch: str = "amzn2023/x86_64") -> RpmRepoSpec:
     nvlsm = RpmSpec("nvlsm", nvlsm_version, nvlsm_release, files=_NVLSM_FILES)
     return RpmRepoSpec(
         path=path,
-        packages=(dkms, nvlsm, *cuda_rpms()),
+        packages=(dkms, nvlsm, *cuda_rpms(), *dcgm_rpms(DCGM)),
         modules=tuple(streams),
         key_files=(f"{path}/{CUDA_RPM_REPO_KEY}",),
     )

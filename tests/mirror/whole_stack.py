@@ -25,11 +25,10 @@ from typing import Any
 import yaml
 
 from nodeforge.catalog.models import LAYERS
-from nodeforge.lock import read_lock
 from tests.mirror.build import Mirror, Served, build_mirror, serve
 from tests.mirror.enroot import ENROOT_RELEASE
 from tests.mirror.overlay import STUB_SOURCE, write_overrides, write_stack_overlay
-from tests.mirror.pypi import CI_LOCK, build_index
+from tests.mirror.pypi import CI_LOCK, build_index, served_locks
 from tests.mirror.spec import ENROOT, add_reference_stacks, default_spec
 
 IMAGE = "whole-stack-debian12"
@@ -39,9 +38,9 @@ LOCK = "locks/whole-stack/train-x86_64.txt"
 
 
 def add_pypi(mirror: Mirror) -> None:
-    """The CI lock's wheels under `<mirror>/pypi.org/` (simple/ and files/), as a mirror of PyPI
-    lays them out for `mirror:`; call before serving."""
-    build_index(mirror.root / "pypi.org", [read_lock(CI_LOCK)])
+    """The wheels of the CI lock and the node tools' lock under `<mirror>/pypi.org/` (simple/
+    and files/), as a mirror of PyPI lays them out for `mirror:`; call before serving."""
+    build_index(mirror.root / "pypi.org", served_locks())
 
 
 def _enroot(mirror: Mirror) -> tuple[dict[str, Any], dict[str, Any]]:

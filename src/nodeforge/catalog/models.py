@@ -25,6 +25,7 @@ Layer = Literal[
     "python_ml",
     "container_runtime",
     "enroot",
+    "gpu_health",
     "image_cleanup",
 ]
 """Every layer, in the order the playbooks apply them (`nodeforge.roles` of the resolved vars).
@@ -418,6 +419,14 @@ class Enroot(Model):
     pyxis: Pyxis | None = None
 
 
+class Dcgm(Model):
+    """NVIDIA DCGM 4 from the CUDA repository: its core and the package for the stack's CUDA
+    major (datacenter-gpu-manager-4-cuda<major>), both at this version."""
+
+    version: VersionStr
+    """The upstream version (4.4.2); the role pins the repository's package version to it."""
+
+
 class PythonPackage(Model):
     version: VersionStr
 
@@ -529,6 +538,9 @@ class Stack(Model):
     frameworks: Frameworks | None = None
     container_runtime: ContainerRuntime | None = None
     enroot: Enroot | None = None
+    dcgm: Dcgm | None = None
+    """None where NVIDIA's repository cannot serve the image (Debian 12's local default):
+    gpu_health then installs the watcher, the gate and node_exporter without DCGM."""
     repositories: dict[Name, AptRepository] = Field(default_factory=dict)
     artifacts: dict[Name, Artifact] = Field(default_factory=dict)
     sources: list[str] = Field(min_length=1)

@@ -7,6 +7,7 @@ argparse and no more, and each command imports only what it runs (nodeforge.cli)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -264,8 +265,8 @@ def _add_xid_watch_parser(sub: argparse._SubParsersAction[P], common: P) -> None
         "--source",
         default="-",
         metavar="FILE",
-        help="the kernel log: a file, /dev/kmsg, or - for standard input (default), e.g. "
-        "journalctl -k -f -o short-monotonic | nodeforge xid-watch ...",
+        help="the kernel log: journal (this boot's kernel messages from journalctl, "
+        "followed), a file, /dev/kmsg, or - for standard input (default)",
     )
     p.add_argument(
         "--textfile", type=Path, required=True, metavar="PATH", help="the .prom file to keep"
@@ -329,6 +330,13 @@ def _add_health_gate_parser(sub: argparse._SubParsersAction[P], common: P) -> No
         type=Path,
         metavar="FILE",
         help="the xid-watch state file (--state); missing: no Xid event since boot",
+    )
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=Path(os.environ.get("NODEFORGE_HOST_ROOT", "/")),
+        metavar="DIR",
+        help="read /proc and /sys under DIR (default: $NODEFORGE_HOST_ROOT or /), for tests",
     )
 
 

@@ -29,9 +29,10 @@ def health_gate(args: argparse.Namespace, out: TextIO) -> int:
     result = run_gate(
         expectations,
         runner=SubprocessRunner(),
-        files=LocalFiles(),
+        files=LocalFiles(args.root),
         instance_type=args.instance_type,
         xid_state=str(args.xid_state) if args.xid_state is not None else None,
+        state_files=LocalFiles(Path("/")),
     )
     out.write(to_json(result.as_dict()) if args.json else text(result))
     return EXIT_OK if result.passed else EXIT_VIOLATIONS

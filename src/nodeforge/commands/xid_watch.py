@@ -6,6 +6,7 @@ import argparse
 import errno
 import io
 import shlex
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,10 @@ from nodeforge.outfile import check_output, output_folder
 from nodeforge.xid_watch import XidWatcher
 
 _STDIN = "-"
+_JOURNAL = "journal"
+# This boot's kernel messages from the journal, from the boot's first line on: the ring buffer
+# behind /dev/kmsg may have overwritten an early Xid by the time the watcher starts.
+JOURNALCTL = ("journalctl", "--dmesg", "--boot", "--no-pager", "--output=short-monotonic")
 _CHUNK = 65536  # above /dev/kmsg's largest record, which one read() must take whole
 
 
@@ -30,11 +35,11 @@ def xid_watch(args: argparse.Namespace, _out: TextIO) -> int:
         hooks=[_hook_argv(hook) for hook in args.hook],
         hook_timeout_s=args.hook_timeout,
     )
-    read, close = _open(args.source)
+    read, close = _open(args.source, once=args.once)
     try:
         watcher.write_textfile(textfile)  # a healthy node exports health 1 before any event
         # a pipe's end is its writer's end (journalctl exited): nothing more will come
-        follow = not args.once and args.source != _STDIN
+        follow = not args.once and args.source not in (_STDIN, _JOURNAL)
         for line in _lines(read, args.source, follow=follow, poll_s=args.poll_interval):
             if watcher.feed(line):
                 watcher.write_textfile(textfile)
@@ -75,8 +80,10 @@ def _hook_argv(hook: str) -> list[str]:
     return argv
 
 
-def _open(source: str) -> tuple[Callable[[], bytes], Callable[[], None]]:
-    """A read of what is there now (b"" at the end) and a close, for `-` or a file."""
+def _open(source: str, *, once: bool) -> tuple[Callable[[], bytes], Callable[[], None]]:
+    """A read of what is there now (b"" at the end) and a close, for `-`, `journal` or a file."""
+    if source == _JOURNAL:
+        return _journal(once=once)
     if source == _STDIN:
         # a BufferedReader (a BytesIO under test): read1 returns what one read gives, so a
         # line from journalctl is handled when it comes, not when a buffer fills
@@ -88,6 +95,26 @@ def _open(source: str) -> tuple[Callable[[], bytes], Callable[[], None]]:
     except OSError as exc:
         raise _unreadable(source, exc) from None
     return (lambda: stream.read(_CHUNK) or b""), stream.close
+
+
+def _journal(*, once: bool) -> tuple[Callable[[], bytes], Callable[[], None]]:
+    argv = [*JOURNALCTL] if once else [*JOURNALCTL, "--follow", "--no-tail"]
+    try:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        raise InputError(
+            f"cannot run {argv[0]} ({exc.strerror or exc})",
+            field="--source",
+            fix="on a host without systemd's journal, name /dev/kmsg or a file",
+        ) from None
+    stdout = cast("io.BufferedReader", process.stdout)
+
+    def close() -> None:
+        process.terminate()
+        process.wait()
+        stdout.close()
+
+    return (lambda: stdout.read1(_CHUNK)), close
 
 
 def _lines(read: Callable[[], bytes], source: str, *, follow: bool, poll_s: float) -> Iterator[str]:
