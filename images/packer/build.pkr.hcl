@@ -2,32 +2,28 @@ build {
   name    = "nodeforge"
   sources = ["source.amazon-ebs.node"]
 
-  # First pass: the kernel and base layer only, so the second pass builds the NVIDIA modules
-  # against the kernel the node boots, not the one the base AMI shipped with.
+  # First pass: the kernel and base layer only, then a reboot inside the play
+  # (ansible.builtin.reboot waits until SSH answers again), so the second pass builds the NVIDIA
+  # modules against the kernel the node boots, not the one the base AMI shipped with.
+  # Facts stay in memory: Packer names every builder `default`, so ansible.cfg's jsonfile cache
+  # would hand one build (or the pass after the reboot) another machine's facts.
   provisioner "ansible" {
     playbook_file    = "${local.repo_root}/playbooks/image.yml"
     user             = var.ssh_username
     use_proxy        = false
-    ansible_env_vars = ["ANSIBLE_CONFIG=${local.repo_root}/ansible.cfg", "ANSIBLE_NOCOLOR=1"]
+    ansible_env_vars = local.ansible_env_vars
     extra_arguments = [
       "--extra-vars", "@${var.vars_file}",
       "--extra-vars", "nodeforge_build_phase=kernel",
     ]
   }
 
-  provisioner "shell" {
-    inline            = ["sudo systemctl reboot"]
-    expect_disconnect = true
-    skip_clean        = true
-  }
-
-  # Second pass: every enabled layer, once the builder is back on the new kernel.
+  # Second pass: every enabled layer, on the new kernel.
   provisioner "ansible" {
-    pause_before     = "30s"
     playbook_file    = "${local.repo_root}/playbooks/image.yml"
     user             = var.ssh_username
     use_proxy        = false
-    ansible_env_vars = ["ANSIBLE_CONFIG=${local.repo_root}/ansible.cfg", "ANSIBLE_NOCOLOR=1"]
+    ansible_env_vars = local.ansible_env_vars
     extra_arguments  = ["--extra-vars", "@${var.vars_file}"]
   }
 

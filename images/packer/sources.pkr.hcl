@@ -1,6 +1,11 @@
 locals {
   # Packer runs from anywhere; the playbook and ansible.cfg sit two folders above the templates.
   repo_root = abspath("${path.root}/../..")
+  ansible_env_vars = [
+    "ANSIBLE_CONFIG=${local.repo_root}/ansible.cfg",
+    "ANSIBLE_NOCOLOR=1",
+    "ANSIBLE_CACHE_PLUGIN=memory",
+  ]
   identity_tags = {
     "Name"             = var.ami_name
     "nodeforge:image"  = var.image_name

@@ -21,7 +21,7 @@ def test_escapes() -> None:
         1469940573, "", "ui", ("message", "    x: priorities, motd")
     )
     assert parse_line("not machine readable, at all") is None
-    assert parse_line("2026/12/02 10:00:00 [INFO] Packer version: 1.11.2") is None
+    assert parse_line("2026/12/02 10:00:00 [INFO] Packer version: 1.14.2") is None
 
 
 def test_successful_ebs_build() -> None:

@@ -1,4 +1,4 @@
-"""With a real Packer (>= 1.11) on PATH: `packer init` and `packer validate` accept the shipped
+"""With a real Packer (>= 1.14.1) on PATH: `packer init` and `packer validate` accept the shipped
 templates with a var file nodeforge wrote. Skipped elsewhere (no modern Packer installs on the
 test machines). `packer init` downloads the pinned plugins, so it needs GitHub."""
 
@@ -31,7 +31,7 @@ def _real_packer() -> str | None:
 
 
 PACKER = _real_packer()
-pytestmark = pytest.mark.skipif(PACKER is None, reason="needs Packer >= 1.11 on PATH")
+pytestmark = pytest.mark.skipif(PACKER is None, reason="needs Packer >= 1.14.1 on PATH")
 
 
 @pytest.mark.parametrize(

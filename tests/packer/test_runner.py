@@ -39,7 +39,7 @@ def test_success(build: Build, calls: Calls, tmp_path: Path) -> None:
         ["validate", "-machine-readable", f"-var-file={var_file}", str(TEMPLATE_DIR)],
         ["build", "-machine-readable", f"-var-file={var_file}", str(TEMPLATE_DIR)],
     ]
-    assert lines[0].startswith("Packer 1.11.2 at ")
+    assert lines[0].startswith("Packer 1.14.2 at ")
     ssh = "==> nodeforge.amazon-ebs.node: Waiting for SSH to become available..."
     assert f"[p5-ubuntu24.04 us-east-1] {ssh}" in lines
     region = result.regions["us-east-1"]
@@ -83,16 +83,17 @@ def test_missing_binary(build: Build, tmp_path: Path) -> None:
 
 
 def test_too_old(build: Build, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NODEFORGE_PACKER_DOUBLE_VERSION", "1.6.6")
-    with pytest.raises(InputError, match=r"Packer 1\.6\.6.*>= 1\.11\.0"):
+    # 1.14.0 cannot `packer init` the official plugins from HashiCorp's release site
+    monkeypatch.setenv("NODEFORGE_PACKER_DOUBLE_VERSION", "1.14.0")
+    with pytest.raises(InputError, match=r"Packer 1\.14\.0.*>= 1\.14\.1"):
         build()
 
 
 def test_version_from_human_output(tmp_path: Path) -> None:
     fake = tmp_path / "packer"
-    fake.write_text("#!/bin/sh\necho 'Packer v1.12.0'\n")
+    fake.write_text("#!/bin/sh\necho 'Packer v1.14.2'\n")
     fake.chmod(0o755)
-    assert str(check_version(str(fake))) == "1.12.0"
+    assert str(check_version(str(fake))) == "1.14.2"
     fake.write_text("#!/bin/sh\necho 'hello'\n")
     with pytest.raises(InputError, match="cannot read the version"):
         check_version(str(fake))

@@ -3,9 +3,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from nodeforge.errors import InputError
+from nodeforge.packer.runner import MIN_VERSION
 from nodeforge.packer.template import TEMPLATE_DIR, expression, load_template
+from tests.conftest import REPO
 
 
 def test_shipped_templates_parse() -> None:
@@ -43,17 +46,18 @@ def test_shipped_templates_parse() -> None:
     assert template.only_names() == ["nodeforge.amazon-ebs.node"]
 
 
-def test_shipped_build_runs_kernel_phase_then_reboot_then_all_layers_then_checks() -> None:
-    [build] = load_template().builds
+def test_shipped_build_runs_kernel_phase_then_all_layers_then_checks() -> None:
+    template = load_template()
+    [build] = template.builds
     kinds = [(s.kind, s.type) for s in build.provisioners + build.post_processors]
+    # the reboot between the passes is the play's own (playbooks/image.yml), which waits for SSH
     assert kinds == [
         ("provisioner", "ansible"),
-        ("provisioner", "shell"),
         ("provisioner", "ansible"),
         ("provisioner", "shell-local"),
         ("post-processor", "manifest"),
     ]
-    first, reboot, second, check, manifest = build.provisioners + build.post_processors
+    first, second, check, manifest = build.provisioners + build.post_processors
     # validation's build stage on the builder, with the connection Packer itself uses
     assert check.body["inline"] == ["${var.builder_check_command}"]
     assert check.body["environment_vars"] == [
@@ -69,11 +73,25 @@ def test_shipped_build_runs_kernel_phase_then_reboot_then_all_layers_then_checks
         "nodeforge_build_phase=kernel",
     ]
     assert second.body["extra_arguments"] == ["--extra-vars", "@${var.vars_file}"]
-    assert reboot.body["expect_disconnect"] is True
-    assert second.body["pause_before"]
+    # one build's facts never reach another: Packer names every builder `default`
+    env = "${local.ansible_env_vars}"
+    assert first.body["ansible_env_vars"] == second.body["ansible_env_vars"] == env
+    [locals_] = [block for f in template.files for block in f.body.get("locals", [])]
+    assert "ANSIBLE_CACHE_PLUGIN=memory" in locals_["ansible_env_vars"]
     assert first.body["use_proxy"] is False and second.body["use_proxy"] is False
     assert first.body["playbook_file"].endswith("/playbooks/image.yml")
     assert set(manifest.body["custom_data"]) == {"image", "stack"}
+
+
+def test_required_version_is_the_runner_s_floor() -> None:
+    plugins = (TEMPLATE_DIR / "plugins.pkr.hcl").read_text(encoding="utf-8")
+    assert f'required_version = ">= {MIN_VERSION}"' in plugins
+
+
+def test_the_kernel_phase_reboots_inside_the_play() -> None:
+    play = yaml.safe_load((REPO / "playbooks" / "image.yml").read_text(encoding="utf-8"))[0]
+    [reboot] = [t for t in play["post_tasks"] if "ansible.builtin.reboot" in t]
+    assert "not _image_all_layers" in reboot["when"]
 
 
 def test_syntax_error_names_file_and_line(tmp_path: Path) -> None:

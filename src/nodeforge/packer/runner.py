@@ -25,8 +25,9 @@ from nodeforge.local.podman import executable
 from nodeforge.packer.machine import Output
 from nodeforge.versions import Version
 
-MIN_VERSION = Version("1.11.0")
-"""required_plugins with exact pins and the plugin-only amazon and ansible builders."""
+MIN_VERSION = Version("1.14.1")
+"""HashiCorp releases the official plugins (amazon since 1.3.10) only from its own release site,
+and `packer init` installs those releases from Packer 1.14.1 on (hashicorp/packer#13445)."""
 
 Step = Literal["version", "init", "validate", "build"]
 Progress = Callable[[str], None]
@@ -146,7 +147,8 @@ def check_version(packer: str, *, timeout: float = 60.0) -> Version:
     if version < MIN_VERSION:
         raise InputError(
             f"{packer} is Packer {version}; nodeforge's templates need Packer >= {MIN_VERSION} "
-            "(required_plugins with exact pins, the amazon and ansible plugins)",
+            "(older ones cannot `packer init` the pinned official plugins from HashiCorp's "
+            "release site)",
             fix=f"install Packer {MIN_VERSION} or newer from "
             "https://developer.hashicorp.com/packer/install",
         )
