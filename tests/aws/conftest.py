@@ -62,6 +62,18 @@ class FakeEc2:
         self.deprecated[body["ImageId"]] = body["DeprecateAt"]
         return ok({"Return": True})
 
+    def tag_copy(self, parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        """CopyImage's TagSpecifications, which EC2 applies and moto ignores, put on the copy
+        (the image ones; moto has no snapshots of copies)."""
+        if "ImageId" not in parsed:
+            return
+        [request] = self.operations("CopyImage")[-1:]
+        specs = [s for s in request.get("TagSpecifications", []) if s["ResourceType"] == "image"]
+        region = context["client_region"]
+        ec2 = boto3.client("ec2", region_name=region)
+        for spec in specs:
+            ec2.create_tags(Resources=[parsed["ImageId"]], Tags=spec["Tags"])
+
 
 def ok(parsed: dict[str, Any]) -> tuple[AWSResponse, dict[str, Any]]:
     return AWSResponse("https://ec2.fake", 200, HTTPHeaders(), None), parsed
@@ -187,6 +199,7 @@ def fake_session(fake: FakeEc2) -> boto3.Session:
     session.events.register_first("before-parameter-build", fake.record)
     for operation in ("CreatePlacementGroup", "DeletePlacementGroup", "EnableImageDeprecation"):
         session.events.register(f"before-call.ec2.{operation}", fake.answer)
+    session.events.register("after-call.ec2.CopyImage", fake.tag_copy)
     return session
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from nodeforge.aws import tags
+from nodeforge.aws.errors import AwsError
 from nodeforge.aws.pipeline import PromoteResult, Validator, promote
 from nodeforge.catalog.loader import Catalog
 from nodeforge.errors import InputError
@@ -35,6 +36,7 @@ def _promote(
     shipped: Catalog,
     validate: Validator,
     profiles: tuple[str, ...] = ("p5.48xlarge",),
+    launches: bool = True,
     **config: Any,
 ) -> PromoteResult:
     lines: list[str] = []
@@ -48,7 +50,7 @@ def _promote(
         clock=FakeClock().clock(),
         run_id="run-1",
     )
-    assert any("launching" in line for line in lines)
+    assert any("launching" in line for line in lines) == launches
     return result
 
 
@@ -79,10 +81,13 @@ def test_pass_publishes_tags_shares_copies(world: World, shipped: Catalog) -> No
     assert (parameter["Value"], parameter.get("DataType")) == (world.ami_id, "aws:ec2:image")
     assert result.parameters == [PARAMETER]
     assert _launch_permissions(world) == [PARTNER]
+    # the launch permission lets the account use the snapshots: none is shared on its own
     volume = world.ec2.describe_snapshot_attribute(
         SnapshotId=world.snapshot_id, Attribute="createVolumePermission"
     )
-    assert [p.get("UserId") for p in volume["CreateVolumePermissions"]] == [PARTNER]
+    assert volume["CreateVolumePermissions"] == []
+    assert world.fake.operations("ModifySnapshotAttribute") == []
+    assert world.image_tags()[tags.PASSED_PROFILES] == "p5.48xlarge"
     copy = result.copies["us-west-2"]
     west = world.session.client("ec2", region_name="us-west-2")
     assert west.describe_images(ImageIds=[copy])["Images"]
@@ -178,7 +183,7 @@ def test_no_capacity_leaves_the_ami_untouched(world: World, shipped: Catalog) ->
         lambda **_: failure("InsufficientInstanceCapacity", "no capacity", 500),
     )
     result = _promote(world, shipped, FakeValidator(True, world))
-    assert result.status == "incomplete"
+    assert result.status == "infrastructure-failed"
     assert result.runs[0].outcome == "no-capacity"
     assert "another availability zone" in result.runs[0].message
     assert world.image_tags()[tags.STATUS] == "built"
@@ -187,24 +192,25 @@ def test_no_capacity_leaves_the_ami_untouched(world: World, shipped: Catalog) ->
     assert world.fake.placement_groups == set()
 
 
-def test_unreachable_counts_as_failed(world: World, shipped: Catalog) -> None:
-    validate = FakeValidator(True, world)
-    result = _promote(world, shipped, validate, ready_timeout_s=1, poll_interval_s=5)
+def test_unreachable_is_infrastructure_and_leaves_the_ami_built(
+    world: World, shipped: Catalog
+) -> None:
     # moto's instances pass their checks at once: make them never do
-    assert result.status == "published"
     world.session.events.register(
         "before-call.ec2.DescribeInstanceStatus",
         lambda **_: failure("InvalidInstanceID.NotFound", "not yet"),
     )
-    world.ec2.create_tags(Resources=[world.ami_id], Tags=tags.tag_list({tags.STATUS: "built"}))
+    validate = FakeValidator(True, world)
     result = _promote(world, shipped, validate, ready_timeout_s=1, poll_interval_s=5)
-    assert result.status == "failed"
+    assert result.status == "infrastructure-failed"
     assert result.runs[0].outcome == "unreachable"
     assert "not reachable after 1 s" in result.runs[0].message
-    assert len(validate.calls) == 1  # only the first run got as far as validating
-    assert world.image_tags()[tags.STATUS] == tags.FAILED
-    assert world.ami_id in world.fake.deprecated
+    assert validate.calls == []
+    assert world.image_tags()[tags.STATUS] == "built"
+    assert world.fake.deprecated == {}
+    assert _parameters(world) == []
     assert world.live_instances() == []
+    assert world.fake.placement_groups == set()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -263,3 +269,69 @@ def test_unknown_subnet_names_the_config_field(
     assert text.startswith(f"{config_file}: field 'subnet_id': ")
     assert "Fix: use a subnet of the configured region" in text
     assert world.fake.placement_groups == set()
+
+
+class FailOnce:
+    """A before-call handler that fails the first matching call of an operation, as an AWS
+    outage halfway through a publish would."""
+
+    def __init__(self, matching: str = "") -> None:
+        self.matching = matching
+        self.failed = False
+
+    def __call__(self, params: Any = None, **_: Any) -> Any:
+        if self.failed or self.matching not in str(params):
+            return None
+        self.failed = True
+        return failure("InternalError", "AWS had a bad moment", 400)
+
+
+@pytest.mark.parametrize(
+    ("event", "matching"),
+    [
+        ("before-call.ec2.ModifyImageAttribute", ""),
+        ("before-call.ec2.CopyImage", ""),
+        ("before-call.ec2.CreateTags", tags.VALIDATED),
+        ("before-call.ssm.PutParameter", ""),
+    ],
+    ids=["share", "copy", "tag-validated", "ssm-parameter"],
+)
+def test_a_rerun_after_a_failed_publish_step_finishes_it(
+    world: World, shipped: Catalog, event: str, matching: str
+) -> None:
+    validate = FakeValidator(True, world)
+    settings: dict[str, Any] = {"share_accounts": [PARTNER], "copy_regions": ["us-west-2"]}
+    handler = FailOnce(matching)
+    world.session.events.register(event, handler)
+    with pytest.raises(AwsError, match="InternalError"):
+        _promote(world, shipped, validate, **settings)
+    assert handler.failed
+    # nothing consumers follow points at the AMI, and it is not "validated" unless published
+    assert _parameters(world) == []
+    if event != "before-call.ssm.PutParameter":
+        assert world.image_tags()[tags.STATUS] == "built"
+    assert world.image_tags()[tags.PASSED_PROFILES] == "p5.48xlarge"
+    assert world.live_instances() == []
+    assert world.fake.placement_groups == set()
+
+    result = _promote(world, shipped, validate, launches=False, **settings)
+    assert result.status == "published"
+    assert [run.outcome for run in result.runs] == ["passed-earlier"]
+    assert len(validate.calls) == 1  # validated once, in the first run
+    assert world.image_tags()[tags.STATUS] == tags.VALIDATED
+    assert _launch_permissions(world) == [PARTNER]
+    assert _parameters(world) == [PARAMETER]
+    west = world.session.client("ec2", region_name="us-west-2")
+    copies = west.describe_images(Owners=["self"])["Images"]
+    assert [c["ImageId"] for c in copies] == [result.copies["us-west-2"]]
+
+
+def test_a_second_promote_of_a_published_ami_copies_nothing_again(
+    world: World, shipped: Catalog
+) -> None:
+    validate = FakeValidator(True, world)
+    first = _promote(world, shipped, validate, copy_regions=["us-west-2"])
+    again = _promote(world, shipped, validate, launches=False, copy_regions=["us-west-2"])
+    assert again.status == first.status == "published"
+    assert again.copies == first.copies
+    assert len(world.fake.operations("CopyImage")) == 1

@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 
 Validator = Callable[[list[str], str], bool]
 """validate(hosts, profile) -> every check passed; hosts are the instances' private addresses."""
-Outcome = Literal["passed", "failed", "unreachable", "no-capacity"]
+Outcome = Literal["passed", "failed", "unreachable", "no-capacity", "passed-earlier"]
+Status = Literal["published", "failed", "infrastructure-failed"]
+_PASSED = ("passed", "passed-earlier")
 
 # EC2 errors that mean the config file or the command line is wrong, not AWS or the AMI
 _INPUT_ERRORS: Mapping[str, tuple[str, str]] = {
@@ -66,14 +68,15 @@ class PromoteResult:
     copies: dict[str, str] = field(default_factory=dict)
 
     @property
-    def status(self) -> Literal["published", "failed", "incomplete"]:
-        """failed: the AMI did not pass (tagged and deprecated); incomplete: nothing was judged
-        because no capacity was found, and the AMI stays as it was."""
-        if any(run.outcome in ("failed", "unreachable") for run in self.runs):
+    def status(self) -> Status:
+        """failed: the AMI did not pass (tagged and deprecated); infrastructure-failed: no
+        capacity, or instances that never became reachable, so nothing was judged and the AMI
+        stays `built` for a re-run."""
+        if any(run.outcome == "failed" for run in self.runs):
             return "failed"
         if self.parameters:
             return "published"
-        return "incomplete"
+        return "infrastructure-failed"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -129,7 +132,13 @@ def promote(
     result = PromoteResult(image=image, ami=ami_id, region=clients.config.region, run_id=run_id)
     try:
         source = _checked_ami(clients, ami_id, image, profiles)
+        passed = publish.passed_profiles(source)
         for profile in profiles:
+            if profile.name in passed:
+                # an earlier run validated it and then failed to publish: not again
+                result.runs.append(ProfileRun(profile.name, "passed-earlier"))
+                progress(f"{profile.name}: passed in an earlier run")
+                continue
             run = _run_profile(
                 clients,
                 ami_id=ami_id,
@@ -145,12 +154,16 @@ def promote(
             progress(f"{profile.name}: {run.outcome}{': ' + run.message if run.message else ''}")
             if run.outcome != "passed":
                 break
+            passed.append(profile.name)
+            publish.mark_passed(clients.ec2, ami_id, passed)
         if result.status == "failed":
             failed = result.runs[-1].profile
             progress(f"marking {ami_id} failed and deprecating it")
             publish.mark_failed(clients.ec2, ami_id, run_id=run_id, profile=failed, now=clock.now())
-        elif profiles and [run.outcome for run in result.runs] == ["passed"] * len(profiles):
+        elif all(run.outcome in _PASSED for run in result.runs):
             _publish(clients, source, result, [p.name for p in profiles], progress)
+        else:
+            progress(f"infrastructure failed: {ami_id} stays {tags.STATUS}=built for a re-run")
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         if code in _INPUT_ERRORS:
@@ -283,18 +296,19 @@ def _publish(
     profiles: list[str],
     progress: Callable[[str], None],
 ) -> None:
-    # the SSM parameters go last: they are what consumers follow, so they must not point at
-    # an AMI whose sharing or copying failed halfway
+    # Shared and copied first, then tagged validated, then the SSM parameters, which consumers
+    # follow: a step that fails leaves no "validated" AMI that was never shared, and no
+    # parameter pointing at one. Each step is safe to repeat, so a re-run finishes the publish.
     ami_id = source["ImageId"]
-    progress(f"tagging {ami_id} validated")
-    publish.mark_validated(clients.ec2, ami_id, result.run_id)
     if clients.config.share_accounts:
         progress(f"sharing {ami_id} with {', '.join(clients.config.share_accounts)}")
-        publish.share(clients.ec2, source, clients.config.share_accounts)
+        publish.share(clients.ec2, ami_id, clients.config.share_accounts)
         result.shared_with = list(clients.config.share_accounts)
     if clients.config.copy_regions:
         progress(f"copying {ami_id} to {', '.join(clients.config.copy_regions)}")
         result.copies = publish.copy_to_regions(clients, source, result.run_id)
+    progress(f"tagging {ami_id} validated")
+    publish.mark_validated(clients.ec2, ami_id, result.run_id)
     result.parameters = publish.put_parameters(clients.ssm, result.image, profiles, ami_id)
     progress(f"published {', '.join(result.parameters)}")
 

@@ -38,6 +38,19 @@ def mark_validated(ec2: EC2Client, ami_id: str, run_id: str) -> None:
     )
 
 
+def passed_profiles(image: ImageTypeDef) -> list[str]:
+    """The profiles an earlier run validated this AMI on (its PASSED_PROFILES tag)."""
+    value = tags.tag_map(image.get("Tags", [])).get(tags.PASSED_PROFILES, "")
+    return [name for name in value.split(",") if name]
+
+
+def mark_passed(ec2: EC2Client, ami_id: str, profiles: Sequence[str]) -> None:
+    ec2.create_tags(
+        Resources=[ami_id],
+        Tags=tags.tag_list({tags.PASSED_PROFILES: ",".join(profiles)}),
+    )
+
+
 def mark_failed(ec2: EC2Client, ami_id: str, *, run_id: str, profile: str, now: datetime) -> None:
     """Tag the AMI failed and deprecate it: it drops out of default image listings."""
     ec2.create_tags(
@@ -51,32 +64,27 @@ def mark_failed(ec2: EC2Client, ami_id: str, *, run_id: str, profile: str, now: 
     ec2.enable_image_deprecation(ImageId=ami_id, DeprecateAt=deprecate_at)
 
 
-def share(ec2: EC2Client, image: ImageTypeDef, accounts: Sequence[str]) -> None:
-    """Launch permission on the AMI, and create-volume permission on its snapshots, without
-    which the other account can launch it only if the snapshots are public."""
+def share(ec2: EC2Client, ami_id: str, accounts: Sequence[str]) -> None:
+    """Launch permission on the AMI. Its snapshots need no create-volume permission: EC2
+    grants the use of an AMI's snapshots with its launch permission. Adding a permission the
+    account has already changes nothing, so a re-run repeats this safely."""
     if not accounts:
         return
     users: list[LaunchPermissionTypeDef] = [{"UserId": account} for account in accounts]
-    ec2.modify_image_attribute(ImageId=image["ImageId"], LaunchPermission={"Add": users})
-    for snapshot in snapshot_ids(image):
-        ec2.modify_snapshot_attribute(
-            SnapshotId=snapshot,
-            Attribute="createVolumePermission",
-            OperationType="add",
-            UserIds=list(accounts),
-        )
+    ec2.modify_image_attribute(ImageId=ami_id, LaunchPermission={"Add": users})
 
 
 def copy_to_regions(clients: AwsClients, image: ImageTypeDef, run_id: str) -> dict[str, str]:
-    """Start a copy in every configured region, tagged like the source; AMI id by region.
+    """A copy in every configured region, tagged like the source, reusing the copy an earlier
+    run of this AMI started there; AMI id by region.
 
     The copies are not waited for: they become available within the hour, while their tags
-    already say where they came from and that the source was validated.
+    already say where they came from.
     """
     copy_tags = {
         key: value
         for key, value in tags.tag_map(image.get("Tags", [])).items()
-        if not key.startswith("aws:")
+        if not key.startswith("aws:") and key != tags.PASSED_PROFILES
     }
     copy_tags |= {
         tags.STATUS: tags.VALIDATED,
@@ -86,7 +94,12 @@ def copy_to_regions(clients: AwsClients, image: ImageTypeDef, run_id: str) -> di
     }
     copies: dict[str, str] = {}
     for region in clients.config.copy_regions:
-        response = clients.ec2_in(region).copy_image(
+        ec2 = clients.ec2_in(region)
+        earlier = existing_copy(ec2, image["ImageId"])
+        if earlier is not None:
+            copies[region] = earlier
+            continue
+        response = ec2.copy_image(
             SourceImageId=image["ImageId"],
             SourceRegion=clients.config.region,
             Name=image.get("Name", image["ImageId"]),
@@ -99,6 +112,17 @@ def copy_to_regions(clients: AwsClients, image: ImageTypeDef, run_id: str) -> di
         )
         copies[region] = response["ImageId"]
     return copies
+
+
+def existing_copy(ec2: EC2Client, source_ami: str) -> str | None:
+    """This account's copy of `source_ami` in the client's region, if a run started one (a
+    second CopyImage under the same name fails with InvalidAMIName.Duplicate)."""
+    found = ec2.describe_images(
+        Owners=["self"],
+        Filters=[{"Name": f"tag:{tags.SOURCE_AMI}", "Values": [source_ami]}],
+    )["Images"]
+    live = [i for i in found if i.get("State") in ("pending", "available")]
+    return live[0]["ImageId"] if live else None
 
 
 def put_parameters(ssm: SSMClient, image: str, profiles: Sequence[str], ami_id: str) -> list[str]:

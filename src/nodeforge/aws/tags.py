@@ -22,6 +22,8 @@ PROFILE = "nodeforge:profile"
 SOURCE_AMI = "nodeforge:source-ami"
 SOURCE_REGION = "nodeforge:source-region"
 FAILED_PROFILE = "nodeforge:failed-profile"
+PASSED_PROFILES = "nodeforge:passed-profiles"
+"""Profiles the AMI passed on, comma-separated: a re-run after a failed publish skips them."""
 VALIDATED, FAILED = "validated", "failed"
 
 
