@@ -1,13 +1,16 @@
 """A fake AWS account (moto) with what nodeforge's AWS steps need: a VPC, a subnet, a security
 group, and an AMI of the image as Packer leaves it (tagged nodeforge:image, status built).
 
-moto does not implement placement groups or image deprecation: `FakeEc2` answers those calls
-through botocore `before-call` hooks on the session, and records every call the code makes
-(operation and parameters), which the IAM policy test reads.
+moto does not implement placement groups or image deprecation, ignores CopyImage's
+TagSpecifications, models no AMI encryption and calls every KMS key customer managed: `FakeEc2`
+answers or completes those calls through botocore `before-call`/`after-call` hooks on the
+session, and records every call the code makes (operation and parameters), which the IAM policy
+test reads.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,6 +46,10 @@ class FakeEc2:
     placement_groups: set[str] = field(default_factory=set)
     deleted_groups: list[str] = field(default_factory=list)
     deprecated: dict[str, str] = field(default_factory=dict)
+    encrypted: dict[str, str] = field(default_factory=dict)
+    """AMI id -> the KMS key of its snapshots: moto models no AMI encryption."""
+    aws_managed_keys: set[str] = field(default_factory=lambda: {"alias/aws/ebs"})
+    """Keys DescribeKey reports as AWS managed: moto calls every key, aws/ebs too, CUSTOMER."""
 
     def operations(self, name: str) -> list[dict[str, Any]]:
         return [params for _, op, params in self.calls if op == name]
@@ -73,6 +80,22 @@ class FakeEc2:
         ec2 = boto3.client("ec2", region_name=region)
         for spec in specs:
             ec2.create_tags(Resources=[parsed["ImageId"]], Tags=spec["Tags"])
+        if request.get("Encrypted"):
+            self.encrypted[parsed["ImageId"]] = request.get("KmsKeyId") or "alias/aws/ebs"
+
+    def encryption(self, parsed: dict[str, Any], **_: Any) -> None:
+        """DescribeImages as EC2 answers for encrypted AMIs: each EBS mapping's Encrypted and
+        KmsKeyId."""
+        for image in parsed.get("Images", []):
+            key = self.encrypted.get(image.get("ImageId", ""))
+            for mapping in image.get("BlockDeviceMappings", []) if key else []:
+                mapping.get("Ebs", {}).update(Encrypted=True, KmsKeyId=key)
+
+    def describe_key(self, params: dict[str, Any], **_: Any) -> Any:
+        key = json.loads(params["body"])["KeyId"]
+        if key not in self.aws_managed_keys:
+            return None
+        return ok({"KeyMetadata": {"KeyId": key, "KeyManager": "AWS", "Enabled": True}})
 
 
 def ok(parsed: dict[str, Any]) -> tuple[AWSResponse, dict[str, Any]]:
@@ -200,6 +223,8 @@ def fake_session(fake: FakeEc2) -> boto3.Session:
     for operation in ("CreatePlacementGroup", "DeletePlacementGroup", "EnableImageDeprecation"):
         session.events.register(f"before-call.ec2.{operation}", fake.answer)
     session.events.register("after-call.ec2.CopyImage", fake.tag_copy)
+    session.events.register("after-call.ec2.DescribeImages", fake.encryption)
+    session.events.register("before-call.kms.DescribeKey", fake.describe_key)
     return session
 
 

@@ -1,4 +1,5 @@
-"""docs/iam-policy.json allows exactly the EC2 and SSM calls the aws package makes.
+"""docs/iam-policy.json allows exactly the EC2, SSM and KMS calls the aws package makes, and the
+KMS actions EC2 takes on its behalf for encrypted AMIs (IMPLIED).
 
 Two views of "the calls the package makes": a scan of its source (every `ec2.x(...)`,
 `ssm.x(...)`, paginator and waiter), and a record of the calls made while a publish, a failure
@@ -24,8 +25,25 @@ from tests.conftest import REPO
 
 PACKAGE = REPO / "src" / "nodeforge" / "aws"
 POLICY = REPO / "docs" / "iam-policy.json"
-# how the package names its clients: `ec2`, `ssm`, or `clients.ec2_in(region)` and the like
-_RECEIVERS = {"ec2": "ec2", "ssm": "ssm", "ec2_in": "ec2", "ssm_in": "ssm"}
+# how the package names its clients: `ec2`, `ssm`, `kms`, or `clients.ec2_in(region)` and the like
+_RECEIVERS = {
+    "ec2": "ec2",
+    "ssm": "ssm",
+    "kms": "kms",
+    "ec2_in": "ec2",
+    "ssm_in": "ssm",
+    "kms_in": "kms",
+}
+IMPLIED = {
+    "kms:Decrypt",
+    "kms:GenerateDataKeyWithoutPlaintext",
+    "kms:ReEncryptFrom",
+    "kms:ReEncryptTo",
+}
+"""What EC2 does with the caller's permissions on a customer managed key when the code calls
+CopyImage with KmsKeyId or RunInstances from an encrypted AMI (EBS encryption's required KMS
+permissions: CreateGrant, Decrypt, DescribeKey, GenerateDataKeyWithoutPlaintext, ReEncrypt*),
+granted only through EC2 (kms:ViaService)."""
 
 
 def _receiver(node: ast.expr) -> str | None:
@@ -41,7 +59,7 @@ def _receiver(node: ast.expr) -> str | None:
 def scanned_actions() -> set[str]:
     session = botocore.session.get_session()
     clients = {
-        name: session.create_client(name, region_name="us-east-1") for name in ("ec2", "ssm")
+        name: session.create_client(name, region_name="us-east-1") for name in ("ec2", "ssm", "kms")
     }
     actions: set[str] = set()
     for path in sorted(PACKAGE.glob("*.py")):
@@ -49,7 +67,7 @@ def scanned_actions() -> set[str]:
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue
             service = _receiver(node.func.value)
-            if service is None or node.func.attr in ("ec2_in", "ssm_in"):
+            if service is None or node.func.attr in ("ec2_in", "ssm_in", "kms_in"):
                 continue
             client = clients[service]
             method = node.func.attr
@@ -91,7 +109,7 @@ def test_policy_statements_are_named_allows() -> None:
 
 
 def test_policy_grants_exactly_what_the_code_calls() -> None:
-    called = scanned_actions()
+    called = scanned_actions() | IMPLIED
     granted = granted_actions()
     assert called - granted == set(), "called but not allowed"
     assert granted - called == set(), "allowed but never called"

@@ -91,13 +91,24 @@ def test_pass_publishes_tags_shares_copies(world: World, shipped: Catalog) -> No
     copy = result.copies["us-west-2"]
     west = world.session.client("ec2", region_name="us-west-2")
     assert west.describe_images(ImageIds=[copy])["Images"]
+    assert world.image_tags(copy, "us-west-2")[tags.STATUS] == tags.VALIDATED
+    west_ssm = world.session.client("ssm", region_name="us-west-2")
+    assert west_ssm.get_parameter(Name=PARAMETER)["Parameter"]["Value"] == copy
+    assert result.copy_parameters == {"us-west-2": [PARAMETER]}
+    west_launch = west.describe_image_attribute(ImageId=copy, Attribute="launchPermission")
+    assert [p.get("UserId") for p in west_launch["LaunchPermissions"]] == [PARTNER]
+    regions = result.to_json()["regions"]
+    assert {r: v["status"] for r, v in regions.items()} == {
+        REGION: "published",
+        "us-west-2": "published",
+    }
     (copy_request,) = world.fake.operations("CopyImage")
     assert copy_request["SourceRegion"] == REGION
     for spec in copy_request["TagSpecifications"]:
         copied = tags.tag_map(spec["Tags"])
         assert copied[tags.IMAGE] == IMAGE
         assert copied[tags.SOURCE_AMI] == world.ami_id
-        assert copied[tags.STATUS] == tags.VALIDATED
+        assert copied[tags.STATUS] == "built"  # until it is shared and published
     # the validation instances are gone, their placement group too
     assert world.live_instances() == []
     assert world.fake.placement_groups == set()
@@ -335,3 +346,60 @@ def test_a_second_promote_of_a_published_ami_copies_nothing_again(
     assert again.status == first.status == "published"
     assert again.copies == first.copies
     assert len(world.fake.operations("CopyImage")) == 1
+
+
+def _encrypt(world: World, key: str) -> None:
+    world.fake.encrypted[world.ami_id] = key
+
+
+def test_an_ami_encrypted_with_aws_ebs_is_not_shared(world: World, shipped: Catalog) -> None:
+    _encrypt(world, "alias/aws/ebs")
+    with pytest.raises(InputError) as caught:
+        _promote(world, shipped, FakeValidator(True, world), share_accounts=[PARTNER])
+    assert caught.value.field == "share_accounts"
+    assert "AWS managed key alias/aws/ebs, which cannot be shared" in caught.value.message
+    assert "kms_key_id" in (caught.value.fix or "")
+    assert world.fake.operations("RunInstances") == []
+
+
+def test_a_customer_key_is_granted_to_the_consumer_in_every_region(
+    world: World, shipped: Catalog
+) -> None:
+    kms = world.session.client("kms")
+    home_key = kms.create_key()["KeyMetadata"]["Arn"]
+    west_kms = world.session.client("kms", region_name="us-west-2")
+    west_key = west_kms.create_key()["KeyMetadata"]["Arn"]
+    _encrypt(world, home_key)
+    settings: dict[str, Any] = {
+        "share_accounts": [PARTNER],
+        "copy_regions": ["us-west-2"],
+        "copy_kms_key_ids": {"us-west-2": west_key},
+    }
+    result = _promote(world, shipped, FakeValidator(True, world), **settings)
+    assert result.status == "published"
+    (copy_request,) = world.fake.operations("CopyImage")
+    assert (copy_request["Encrypted"], copy_request["KmsKeyId"]) == (True, west_key)
+    for client, key in ((kms, home_key), (west_kms, west_key)):
+        [grant] = client.list_grants(KeyId=key)["Grants"]
+        assert grant["GranteePrincipal"] == f"arn:aws:iam::{PARTNER}:root"
+        assert {"Decrypt", "CreateGrant", "ReEncryptFrom"} <= set(grant["Operations"])
+    world.ec2.create_tags(Resources=[world.ami_id], Tags=tags.tag_list({tags.STATUS: "built"}))
+    _promote(world, shipped, FakeValidator(True, world), launches=False, **settings)
+    assert len(kms.list_grants(KeyId=home_key)["Grants"]) == 1  # found, not granted again
+
+
+def test_an_encrypted_ami_needs_a_shareable_key_for_each_copy(
+    world: World, shipped: Catalog
+) -> None:
+    _encrypt(world, world.session.client("kms").create_key()["KeyMetadata"]["Arn"])
+    with pytest.raises(InputError) as caught:
+        _promote(
+            world,
+            shipped,
+            FakeValidator(True, world),
+            share_accounts=[PARTNER],
+            copy_regions=["us-west-2"],
+        )
+    assert caught.value.field == "copy_kms_key_ids.us-west-2"
+    assert "would be encrypted with the AWS managed key alias/aws/ebs" in caught.value.message
+    assert world.fake.operations("RunInstances") == []

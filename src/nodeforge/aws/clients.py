@@ -13,6 +13,7 @@ from nodeforge.aws.config import PipelineConfig
 # type stubs, a dev dependency: the installed tool never imports them
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_kms import KMSClient
     from mypy_boto3_ssm import SSMClient
 
 
@@ -28,6 +29,9 @@ class AwsClients:
 
     def ssm_in(self, region: str) -> SSMClient:
         return self.session.client("ssm", region_name=region, config=_retries(self.config))
+
+    def kms_in(self, region: str) -> KMSClient:
+        return self.session.client("kms", region_name=region, config=_retries(self.config))
 
 
 def _retries(config: PipelineConfig) -> Config:

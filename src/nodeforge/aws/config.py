@@ -34,6 +34,11 @@ class PipelineConfig(Model):
     """Default: the OS entry's default_user."""
     share_accounts: list[Account] = Field(default_factory=list)
     copy_regions: Annotated[list[Region], AfterValidator(unique)] = Field(default_factory=list)
+    copy_kms_key_ids: dict[Region, str] = Field(default_factory=dict)
+    """Per copy region, the KMS key (ARN, id or alias) the copy is encrypted with. Needed to
+    share copies of an encrypted AMI: without one, EC2 uses the region's default EBS key."""
+    copy_timeout_s: float = Field(default=3600, gt=0)
+    """How long to wait for the copies to become available before sharing and publishing them."""
     ttl_minutes: int = Field(default=240, ge=10, le=7 * 24 * 60)
     """How long a reaper should let a validation instance live if nodeforge could not end it."""
     multinode: bool = False
@@ -50,6 +55,10 @@ class PipelineConfig(Model):
         if self.region in self.copy_regions:
             raise ValueError(
                 f"copy_regions lists the home region {self.region}: the AMI is already there"
+            )
+        if stray := sorted(set(self.copy_kms_key_ids) - set(self.copy_regions)):
+            raise ValueError(
+                f"copy_kms_key_ids names {', '.join(stray)}, which copy_regions does not list"
             )
         return self
 

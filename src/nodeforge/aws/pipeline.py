@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from nodeforge.aws import publish, tags
+from nodeforge.aws import encryption, publish, tags
 from nodeforge.aws.clients import AwsClients
 from nodeforge.aws.errors import InstanceUnreachableError, NoCapacityError, aws_error
 from nodeforge.aws.fleet import validation_fleet
@@ -66,6 +66,8 @@ class PromoteResult:
     parameters: list[str] = field(default_factory=list)
     shared_with: list[str] = field(default_factory=list)
     copies: dict[str, str] = field(default_factory=dict)
+    copy_parameters: dict[str, list[str]] = field(default_factory=dict)
+    """Per copy region, the SSM parameters written there (the same names as `parameters`)."""
 
     @property
     def status(self) -> Status:
@@ -98,7 +100,28 @@ class PromoteResult:
             "ssm_parameters": self.parameters,
             "shared_with": self.shared_with,
             "copies": self.copies,
+            "regions": self.regions(),
         }
+
+    def regions(self) -> dict[str, dict[str, Any]]:
+        """What the run did in each region: the AMI there, its share and SSM parameters, and
+        its status (a copy counts as published once its parameters are written)."""
+        home = {
+            "ami": self.ami,
+            "shared_with": self.shared_with if self.parameters else [],
+            "ssm_parameters": self.parameters,
+            "status": self.status,
+        }
+        copies = {
+            region: {
+                "ami": ami,
+                "shared_with": self.shared_with if region in self.copy_parameters else [],
+                "ssm_parameters": self.copy_parameters.get(region, []),
+                "status": "published" if region in self.copy_parameters else "copied",
+            }
+            for region, ami in self.copies.items()
+        }
+        return {self.region: home, **copies}
 
 
 def nodes_for(profile: Profile, multinode: bool) -> int:
@@ -132,6 +155,7 @@ def promote(
     result = PromoteResult(image=image, ami=ami_id, region=clients.config.region, run_id=run_id)
     try:
         source = _checked_ami(clients, ami_id, image, profiles)
+        _check_shareable(clients, source, config_path)
         passed = publish.passed_profiles(source)
         for profile in profiles:
             if profile.name in passed:
@@ -161,7 +185,8 @@ def promote(
             progress(f"marking {ami_id} failed and deprecating it")
             publish.mark_failed(clients.ec2, ami_id, run_id=run_id, profile=failed, now=clock.now())
         elif all(run.outcome in _PASSED for run in result.runs):
-            _publish(clients, source, result, [p.name for p in profiles], progress)
+            names = [p.name for p in profiles]
+            _publish(clients, source, result, names, progress=progress, clock=clock)
         else:
             progress(f"infrastructure failed: {ami_id} stays {tags.STATUS}=built for a re-run")
     except ClientError as exc:
@@ -216,6 +241,41 @@ def _checked_ami(
                 fix="build the image for the profile's architecture",
             )
     return ami
+
+
+def _check_shareable(clients: AwsClients, source: ImageTypeDef, config_path: Path | None) -> None:
+    """Before any instance starts: every key the shared AMI and its copies are encrypted with
+    can be granted to other accounts (aws/ebs cannot)."""
+    config = clients.config
+    if not config.share_accounts:
+        return
+    ami_id = source["ImageId"]
+    fix = (
+        "build the AMI with a customer managed KMS key (the Packer source's kms_key_id), or "
+        "leave share_accounts empty"
+    )
+    source_keys = encryption.snapshot_keys(source)
+    for source_key in source_keys:
+        if encryption.aws_managed(clients.kms_in(config.region), source_key):
+            raise InputError(
+                f"AMI {ami_id} is encrypted with the AWS managed key {source_key}, which cannot be "
+                "shared with other accounts",
+                file=config_path,
+                field="share_accounts",
+                fix=fix,
+            )
+    for region in config.copy_regions:
+        key = config.copy_kms_key_ids.get(region) or (
+            encryption.DEFAULT_EBS_KEY if source_keys else None
+        )
+        if key is not None and encryption.aws_managed(clients.kms_in(region), key):
+            raise InputError(
+                f"the copy in {region} would be encrypted with the AWS managed key {key}, which "
+                "cannot be shared with other accounts",
+                file=config_path,
+                field=f"copy_kms_key_ids.{region}",
+                fix=f"name a customer managed key of {region} there",
+            )
 
 
 def _run_profile(
@@ -294,19 +354,32 @@ def _publish(
     source: ImageTypeDef,
     result: PromoteResult,
     profiles: list[str],
+    *,
     progress: Callable[[str], None],
+    clock: Clock,
 ) -> None:
-    # Shared and copied first, then tagged validated, then the SSM parameters, which consumers
-    # follow: a step that fails leaves no "validated" AMI that was never shared, and no
-    # parameter pointing at one. Each step is safe to repeat, so a re-run finishes the publish.
+    # In every region: shared first, then tagged validated, then the SSM parameters, which
+    # consumers follow: a step that fails leaves no "validated" AMI that was never shared, and
+    # no parameter pointing at one. Each step is safe to repeat, so a re-run finishes the
+    # publish. The copies are published before the source, whose parameters come last.
+    config = clients.config
+    accounts = config.share_accounts
     ami_id = source["ImageId"]
-    if clients.config.share_accounts:
-        progress(f"sharing {ami_id} with {', '.join(clients.config.share_accounts)}")
-        publish.share(clients.ec2, ami_id, clients.config.share_accounts)
-        result.shared_with = list(clients.config.share_accounts)
-    if clients.config.copy_regions:
-        progress(f"copying {ami_id} to {', '.join(clients.config.copy_regions)}")
+    if accounts:
+        progress(f"sharing {ami_id} with {', '.join(accounts)}")
+        publish.share(clients.ec2, clients.kms_in(config.region), source, accounts)
+        result.shared_with = list(accounts)
+    if config.copy_regions:
+        progress(f"copying {ami_id} to {', '.join(config.copy_regions)}")
         result.copies = publish.copy_to_regions(clients, source, result.run_id)
+        progress(f"waiting for {', '.join(result.copies.values())} to become available")
+        for region, copy in publish.wait_for_copies(clients, result.copies, clock).items():
+            publish.share(clients.ec2_in(region), clients.kms_in(region), copy, accounts)
+            publish.mark_validated(clients.ec2_in(region), copy["ImageId"], result.run_id)
+            result.copy_parameters[region] = publish.put_parameters(
+                clients.ssm_in(region), result.image, profiles, copy["ImageId"]
+            )
+            progress(f"published {copy['ImageId']} in {region}")
     progress(f"tagging {ami_id} validated")
     publish.mark_validated(clients.ec2, ami_id, result.run_id)
     result.parameters = publish.put_parameters(clients.ssm, result.image, profiles, ami_id)

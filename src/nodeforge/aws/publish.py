@@ -3,17 +3,24 @@ one so that nothing launches it by accident."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from nodeforge.aws import tags
+from nodeforge.aws import encryption, tags
 from nodeforge.aws.clients import AwsClients
+from nodeforge.aws.errors import AwsError
+from nodeforge.aws.launch import Clock
 
 # type stubs, a dev dependency: the installed tool never imports them
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
-    from mypy_boto3_ec2.type_defs import ImageTypeDef, LaunchPermissionTypeDef
+    from mypy_boto3_ec2.type_defs import (
+        CopyImageRequestTypeDef,
+        ImageTypeDef,
+        LaunchPermissionTypeDef,
+    )
+    from mypy_boto3_kms import KMSClient
     from mypy_boto3_ssm import SSMClient
 
 SSM_ROOT = "/nodeforge"
@@ -64,54 +71,88 @@ def mark_failed(ec2: EC2Client, ami_id: str, *, run_id: str, profile: str, now: 
     ec2.enable_image_deprecation(ImageId=ami_id, DeprecateAt=deprecate_at)
 
 
-def share(ec2: EC2Client, ami_id: str, accounts: Sequence[str]) -> None:
-    """Launch permission on the AMI. Its snapshots need no create-volume permission: EC2
-    grants the use of an AMI's snapshots with its launch permission. Adding a permission the
-    account has already changes nothing, so a re-run repeats this safely."""
+def share(ec2: EC2Client, kms: KMSClient, image: ImageTypeDef, accounts: Sequence[str]) -> None:
+    """Each account may launch the AMI: a grant on every customer managed key of its snapshots
+    (pipeline checks refused AWS managed ones before anything ran), then the launch permission.
+    The snapshots need no create-volume permission: the launch permission covers them. Each
+    step finds what an earlier run did, so a re-run repeats this safely."""
     if not accounts:
         return
+    for key in encryption.snapshot_keys(image):
+        encryption.grant_accounts(kms, key, accounts)
     users: list[LaunchPermissionTypeDef] = [{"UserId": account} for account in accounts]
-    ec2.modify_image_attribute(ImageId=ami_id, LaunchPermission={"Add": users})
+    ec2.modify_image_attribute(ImageId=image["ImageId"], LaunchPermission={"Add": users})
 
 
 def copy_to_regions(clients: AwsClients, image: ImageTypeDef, run_id: str) -> dict[str, str]:
-    """A copy in every configured region, tagged like the source, reusing the copy an earlier
-    run of this AMI started there; AMI id by region.
-
-    The copies are not waited for: they become available within the hour, while their tags
-    already say where they came from.
-    """
+    """A copy in every configured region, tagged like the source but `built` until it is shared
+    and published, encrypted with the region's `copy_kms_key_ids` key where one is set; the copy
+    an earlier run of this AMI started there is reused. AMI id by region."""
+    config = clients.config
     copy_tags = {
         key: value
         for key, value in tags.tag_map(image.get("Tags", [])).items()
         if not key.startswith("aws:") and key != tags.PASSED_PROFILES
     }
     copy_tags |= {
-        tags.STATUS: tags.VALIDATED,
+        tags.STATUS: tags.BUILT,
         tags.RUN_ID: run_id,
         tags.SOURCE_AMI: image["ImageId"],
-        tags.SOURCE_REGION: clients.config.region,
+        tags.SOURCE_REGION: config.region,
     }
     copies: dict[str, str] = {}
-    for region in clients.config.copy_regions:
+    for region in config.copy_regions:
         ec2 = clients.ec2_in(region)
         earlier = existing_copy(ec2, image["ImageId"])
         if earlier is not None:
             copies[region] = earlier
             continue
-        response = ec2.copy_image(
-            SourceImageId=image["ImageId"],
-            SourceRegion=clients.config.region,
-            Name=image.get("Name", image["ImageId"]),
-            Description=f"copy of {image['ImageId']} from {clients.config.region}",
-            ClientToken=f"{run_id}-{region}"[:64],
-            TagSpecifications=[
+        request: CopyImageRequestTypeDef = {
+            "SourceImageId": image["ImageId"],
+            "SourceRegion": config.region,
+            "Name": image.get("Name", image["ImageId"]),
+            "Description": f"copy of {image['ImageId']} from {config.region}",
+            "ClientToken": f"{run_id}-{region}"[:64],
+            "TagSpecifications": [
                 {"ResourceType": kind, "Tags": tags.tag_list(copy_tags)}
                 for kind in ("image", "snapshot")
             ],
-        )
-        copies[region] = response["ImageId"]
+        }
+        if key := config.copy_kms_key_ids.get(region):
+            request["Encrypted"] = True
+            request["KmsKeyId"] = key
+        copies[region] = ec2.copy_image(**request)["ImageId"]
     return copies
+
+
+def wait_for_copies(
+    clients: AwsClients, copies: Mapping[str, str], clock: Clock
+) -> dict[str, ImageTypeDef]:
+    """Each copy once available; AwsError when one failed or the wait outlasted
+    copy_timeout_s (a re-run waits for the same copies again)."""
+    config = clients.config
+    waiting = dict(copies)
+    done: dict[str, ImageTypeDef] = {}
+    started = clock.monotonic()
+    while True:
+        for region, ami in list(waiting.items()):
+            [found] = clients.ec2_in(region).describe_images(ImageIds=[ami])["Images"]
+            state = found.get("State")
+            if state == "available":
+                done[region] = found
+                del waiting[region]
+            elif state != "pending":
+                reason = found.get("StateReason", {}).get("Message", "")
+                raise AwsError(f"the copy {ami} in {region} is {state}: {reason}".rstrip(": "))
+        if not waiting:
+            return done
+        if clock.monotonic() - started > config.copy_timeout_s:
+            pending = ", ".join(f"{ami} in {region}" for region, ami in waiting.items())
+            raise AwsError(
+                f"copies still pending after {config.copy_timeout_s:g} s: {pending}. Run the "
+                "same promote again later (it finds the copies), or raise copy_timeout_s"
+            )
+        clock.sleep(config.poll_interval_s)
 
 
 def existing_copy(ec2: EC2Client, source_ami: str) -> str | None:

@@ -24,7 +24,7 @@ SOURCE_REGION = "nodeforge:source-region"
 FAILED_PROFILE = "nodeforge:failed-profile"
 PASSED_PROFILES = "nodeforge:passed-profiles"
 """Profiles the AMI passed on, comma-separated: a re-run after a failed publish skips them."""
-VALIDATED, FAILED = "validated", "failed"
+BUILT, VALIDATED, FAILED = "built", "validated", "failed"
 
 
 def tag_list(tags: Mapping[str, str]) -> list[TagTypeDef]:
