@@ -2,7 +2,7 @@
 group, and an AMI of the image as Packer leaves it (tagged nodeforge:image, status built).
 
 moto does not implement placement groups or image deprecation, ignores CopyImage's
-TagSpecifications, models no AMI encryption and calls every KMS key customer managed: `FakeEc2`
+TagSpecifications, models no snapshot encryption and calls every KMS key customer managed: `FakeEc2`
 answers or completes those calls through botocore `before-call`/`after-call` hooks on the
 session, and records every call the code makes (operation and parameters), which the IAM policy
 test reads.
@@ -47,7 +47,7 @@ class FakeEc2:
     deleted_groups: list[str] = field(default_factory=list)
     deprecated: dict[str, str] = field(default_factory=dict)
     encrypted: dict[str, str] = field(default_factory=dict)
-    """AMI id -> the KMS key of its snapshots: moto models no AMI encryption."""
+    """Snapshot id -> its KMS key: moto models no encryption of AMIs' snapshots."""
     aws_managed_keys: set[str] = field(default_factory=lambda: {"alias/aws/ebs"})
     """Keys DescribeKey reports as AWS managed: moto calls every key, aws/ebs too, CUSTOMER."""
 
@@ -81,15 +81,16 @@ class FakeEc2:
         for spec in specs:
             ec2.create_tags(Resources=[parsed["ImageId"]], Tags=spec["Tags"])
         if request.get("Encrypted"):
-            self.encrypted[parsed["ImageId"]] = request.get("KmsKeyId") or "alias/aws/ebs"
+            [copy] = ec2.describe_images(ImageIds=[parsed["ImageId"]])["Images"]
+            for mapping in copy.get("BlockDeviceMappings", []):
+                key = request.get("KmsKeyId") or "alias/aws/ebs"
+                self.encrypted[mapping["Ebs"]["SnapshotId"]] = key
 
     def encryption(self, parsed: dict[str, Any], **_: Any) -> None:
-        """DescribeImages as EC2 answers for encrypted AMIs: each EBS mapping's Encrypted and
-        KmsKeyId."""
-        for image in parsed.get("Images", []):
-            key = self.encrypted.get(image.get("ImageId", ""))
-            for mapping in image.get("BlockDeviceMappings", []) if key else []:
-                mapping.get("Ebs", {}).update(Encrypted=True, KmsKeyId=key)
+        """DescribeSnapshots as EC2 answers for encrypted snapshots: Encrypted and KmsKeyId."""
+        for snapshot in parsed.get("Snapshots", []):
+            if key := self.encrypted.get(snapshot.get("SnapshotId", "")):
+                snapshot.update(Encrypted=True, KmsKeyId=key)
 
     def describe_key(self, params: dict[str, Any], **_: Any) -> Any:
         key = json.loads(params["body"])["KeyId"]
@@ -223,7 +224,7 @@ def fake_session(fake: FakeEc2) -> boto3.Session:
     for operation in ("CreatePlacementGroup", "DeletePlacementGroup", "EnableImageDeprecation"):
         session.events.register(f"before-call.ec2.{operation}", fake.answer)
     session.events.register("after-call.ec2.CopyImage", fake.tag_copy)
-    session.events.register("after-call.ec2.DescribeImages", fake.encryption)
+    session.events.register("after-call.ec2.DescribeSnapshots", fake.encryption)
     session.events.register("before-call.kms.DescribeKey", fake.describe_key)
     return session
 

@@ -349,7 +349,7 @@ def test_a_second_promote_of_a_published_ami_copies_nothing_again(
 
 
 def _encrypt(world: World, key: str) -> None:
-    world.fake.encrypted[world.ami_id] = key
+    world.fake.encrypted[world.snapshot_id] = key
 
 
 def test_an_ami_encrypted_with_aws_ebs_is_not_shared(world: World, shipped: Catalog) -> None:
@@ -358,7 +358,7 @@ def test_an_ami_encrypted_with_aws_ebs_is_not_shared(world: World, shipped: Cata
         _promote(world, shipped, FakeValidator(True, world), share_accounts=[PARTNER])
     assert caught.value.field == "share_accounts"
     assert "AWS managed key alias/aws/ebs, which cannot be shared" in caught.value.message
-    assert "kms_key_id" in (caught.value.fix or "")
+    assert "--kms-key-id" in (caught.value.fix or "")
     assert world.fake.operations("RunInstances") == []
 
 

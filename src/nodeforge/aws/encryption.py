@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 # type stubs, a dev dependency: the installed tool never imports them
 if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_ec2.type_defs import ImageTypeDef
     from mypy_boto3_kms import KMSClient
     from mypy_boto3_kms.literals import GrantOperationType
@@ -34,17 +35,28 @@ GRANT_OPERATIONS: tuple[GrantOperationType, ...] = (
 )
 
 
-def snapshot_keys(image: ImageTypeDef) -> list[str]:
-    """The KMS keys of the AMI's encrypted snapshots (the default EBS key where a mapping names
-    none), without repeats; empty when nothing is encrypted."""
+def snapshot_keys(ec2: EC2Client, image: ImageTypeDef) -> list[str]:
+    """The KMS keys of the AMI's encrypted snapshots (the default EBS key where one names none),
+    without repeats; empty when nothing is encrypted. Read from the snapshots: an image's block
+    device mappings say whether a volume is encrypted, not with which key."""
+    ids = snapshot_ids(image)
+    if not ids:
+        return []
     keys: list[str] = []
-    for mapping in image.get("BlockDeviceMappings", []):
-        ebs = mapping.get("Ebs", {})
-        if ebs.get("Encrypted"):
-            key = ebs.get("KmsKeyId") or DEFAULT_EBS_KEY
+    for snapshot in ec2.describe_snapshots(SnapshotIds=ids)["Snapshots"]:
+        if snapshot.get("Encrypted"):
+            key = snapshot.get("KmsKeyId") or DEFAULT_EBS_KEY
             if key not in keys:
                 keys.append(key)
     return keys
+
+
+def snapshot_ids(image: ImageTypeDef) -> list[str]:
+    return [
+        mapping["Ebs"]["SnapshotId"]
+        for mapping in image.get("BlockDeviceMappings", [])
+        if "Ebs" in mapping and "SnapshotId" in mapping["Ebs"]
+    ]
 
 
 def aws_managed(kms: KMSClient, key_id: str) -> bool:

@@ -251,10 +251,10 @@ def _check_shareable(clients: AwsClients, source: ImageTypeDef, config_path: Pat
         return
     ami_id = source["ImageId"]
     fix = (
-        "build the AMI with a customer managed KMS key (the Packer source's kms_key_id), or "
+        "build the AMI with a customer managed KMS key (`nodeforge build --kms-key-id`), or "
         "leave share_accounts empty"
     )
-    source_keys = encryption.snapshot_keys(source)
+    source_keys = encryption.snapshot_keys(clients.ec2, source)
     for source_key in source_keys:
         if encryption.aws_managed(clients.kms_in(config.region), source_key):
             raise InputError(

@@ -12,8 +12,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from nodeforge.aws import tags
 from nodeforge.aws.clients import AwsClients
+from nodeforge.aws.encryption import snapshot_ids
 from nodeforge.aws.errors import aws_error
-from nodeforge.aws.publish import SSM_ROOT, snapshot_ids
+from nodeforge.aws.publish import SSM_ROOT
 
 # type stubs, a dev dependency: the installed tool never imports them
 if TYPE_CHECKING:

@@ -30,14 +30,6 @@ def parameter_name(image: str, profile: str) -> str:
     return f"{SSM_ROOT}/{image}/{profile}/ami-id"
 
 
-def snapshot_ids(image: ImageTypeDef) -> list[str]:
-    return [
-        mapping["Ebs"]["SnapshotId"]
-        for mapping in image.get("BlockDeviceMappings", [])
-        if "Ebs" in mapping and "SnapshotId" in mapping["Ebs"]
-    ]
-
-
 def mark_validated(ec2: EC2Client, ami_id: str, run_id: str) -> None:
     ec2.create_tags(
         Resources=[ami_id],
@@ -78,7 +70,7 @@ def share(ec2: EC2Client, kms: KMSClient, image: ImageTypeDef, accounts: Sequenc
     step finds what an earlier run did, so a re-run repeats this safely."""
     if not accounts:
         return
-    for key in encryption.snapshot_keys(image):
+    for key in encryption.snapshot_keys(ec2, image):
         encryption.grant_accounts(kms, key, accounts)
     users: list[LaunchPermissionTypeDef] = [{"UserId": account} for account in accounts]
     ec2.modify_image_attribute(ImageId=image["ImageId"], LaunchPermission={"Add": users})
