@@ -123,11 +123,13 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         if command == "build":
             return machines.build(catalog, args, out)
         return machines.validate(catalog, args, out)
-    if command in ("promote", "prune"):
+    if command in ("promote", "reap", "prune"):
         from nodeforge.commands import aws as aws_commands
 
         if command == "promote":
             return aws_commands.promote(catalog, args, out)
+        if command == "reap":
+            return aws_commands.reap(catalog, args, out)
         return aws_commands.prune(catalog, args, out)
     if command == "outdated":
         from nodeforge.commands import outdated as outdated_commands

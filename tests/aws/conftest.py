@@ -2,7 +2,8 @@
 group, and an AMI of the image as Packer leaves it (tagged nodeforge:image, status built).
 
 moto does not implement placement groups or image deprecation, ignores CopyImage's
-TagSpecifications, models no snapshot encryption and calls every KMS key customer managed: `FakeEc2`
+TagSpecifications and instances' placement groups, models no snapshot encryption and calls
+every KMS key customer managed: `FakeEc2`
 answers or completes those calls through botocore `before-call`/`after-call` hooks on the
 session, and records every call the code makes (operation and parameters), which the IAM policy
 test reads.
@@ -45,6 +46,9 @@ class FakeEc2:
     calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     placement_groups: set[str] = field(default_factory=set)
     deleted_groups: list[str] = field(default_factory=list)
+    group_tags: dict[str, dict[str, str]] = field(default_factory=dict)
+    placed: dict[str, str] = field(default_factory=dict)
+    """Instance id -> its placement group, which moto drops from its answers."""
     deprecated: dict[str, str] = field(default_factory=dict)
     encrypted: dict[str, str] = field(default_factory=dict)
     """Snapshot id -> its KMS key: moto models no encryption of AMIs' snapshots."""
@@ -61,7 +65,27 @@ class FakeEc2:
         body = params["body"]
         if model.name == "CreatePlacementGroup":
             self.placement_groups.add(body["GroupName"])
+            [request] = self.operations("CreatePlacementGroup")[-1:]
+            self.group_tags[body["GroupName"]] = {
+                tag["Key"]: tag["Value"]
+                for spec in request.get("TagSpecifications", [])
+                for tag in spec["Tags"]
+            }
             return ok({"PlacementGroup": {"GroupName": body["GroupName"]}})
+        if model.name == "DescribePlacementGroups":
+            [request] = self.operations("DescribePlacementGroups")[-1:]
+            wanted = {
+                f["Name"].removeprefix("tag:"): f["Values"] for f in request.get("Filters", [])
+            }
+            return ok(
+                {
+                    "PlacementGroups": [
+                        {"GroupName": name, "Tags": tags.tag_list(self.group_tags.get(name, {}))}
+                        for name in sorted(self.placement_groups)
+                        if all(self.group_tags.get(name, {}).get(k) in v for k, v in wanted.items())
+                    ]
+                }
+            )
         if model.name == "DeletePlacementGroup":
             self.placement_groups.discard(body["GroupName"])
             self.deleted_groups.append(body["GroupName"])
@@ -85,6 +109,19 @@ class FakeEc2:
             for mapping in copy.get("BlockDeviceMappings", []):
                 key = request.get("KmsKeyId") or "alias/aws/ebs"
                 self.encrypted[mapping["Ebs"]["SnapshotId"]] = key
+
+    def place(self, parsed: dict[str, Any], **_: Any) -> None:
+        """RunInstances' Placement.GroupName, kept for DescribeInstances (moto drops it)."""
+        [request] = self.operations("RunInstances")[-1:]
+        group = request.get("Placement", {}).get("GroupName")
+        for instance in parsed.get("Instances", []) if group else []:
+            self.placed[instance["InstanceId"]] = group
+
+    def placement(self, parsed: dict[str, Any], **_: Any) -> None:
+        for reservation in parsed.get("Reservations", []):
+            for instance in reservation.get("Instances", []):
+                if group := self.placed.get(instance.get("InstanceId", "")):
+                    instance.setdefault("Placement", {})["GroupName"] = group
 
     def encryption(self, parsed: dict[str, Any], **_: Any) -> None:
         """DescribeSnapshots as EC2 answers for encrypted snapshots: Encrypted and KmsKeyId."""
@@ -221,10 +258,17 @@ def fake_session(fake: FakeEc2) -> boto3.Session:
     session = boto3.Session(botocore_session=core, region_name=REGION)
     # the API parameters as the code passed them, before EC2's query serialisation
     session.events.register_first("before-parameter-build", fake.record)
-    for operation in ("CreatePlacementGroup", "DeletePlacementGroup", "EnableImageDeprecation"):
+    for operation in (
+        "CreatePlacementGroup",
+        "DeletePlacementGroup",
+        "DescribePlacementGroups",
+        "EnableImageDeprecation",
+    ):
         session.events.register(f"before-call.ec2.{operation}", fake.answer)
     session.events.register("after-call.ec2.CopyImage", fake.tag_copy)
     session.events.register("after-call.ec2.DescribeSnapshots", fake.encryption)
+    session.events.register("after-call.ec2.RunInstances", fake.place)
+    session.events.register("after-call.ec2.DescribeInstances", fake.placement)
     session.events.register("before-call.kms.DescribeKey", fake.describe_key)
     return session
 

@@ -1,4 +1,4 @@
-"""`nodeforge promote` and `nodeforge prune`: exit codes, output, and bad input."""
+"""`nodeforge promote`, `reap` and `prune`: exit codes, output, and bad input."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from moto.ec2.models import ec2_backends
 
+from nodeforge.aws import tags
 from nodeforge.cli import main
 from tests.aws.conftest import ACCOUNT, IMAGE, REGION, World, failure
 from tests.conftest import SHIPPED
@@ -202,3 +203,28 @@ def test_prune_keep_0_exit_2(capsys: pytest.CaptureFixture[str], config_file: Pa
     code, _, err = _run(capsys, "prune", IMAGE, "--keep", "0", "--config", str(config_file))
     assert code == 2
     assert "field '--keep'" in err
+
+
+@pytest.mark.usefixtures("verdict")
+def test_reap_ends_an_abandoned_run(
+    capsys: pytest.CaptureFixture[str], world: World, config_file: Path
+) -> None:
+    run_tags = {tags.RUN_ID: "run-9", tags.TTL: "2026-12-01T00:00:00Z", tags.IMAGE: IMAGE}
+    instance = world.ec2.run_instances(
+        ImageId=world.ami_id,
+        InstanceType="t3.micro",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags.tag_list(run_tags)}],
+    )["Instances"][0]["InstanceId"]
+    argv = ("reap", IMAGE, "--config", str(config_file))
+    code, out, _ = _run(capsys, *argv, "--dry-run")
+    assert code == 0
+    assert f"{IMAGE} in {REGION}: would end 1 of 1" in out
+    assert world.live_instances() == [instance]
+    code, out, err = _run(capsys, *argv, "--json")
+    assert code == 0
+    [found] = json.loads(out)["found"]
+    assert (found["name"], found["action"]) == (instance, "terminate")
+    assert f"terminating {instance}" in err
+    assert world.live_instances() == []

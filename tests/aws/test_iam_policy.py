@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import botocore.session
@@ -19,8 +20,9 @@ import pytest
 from nodeforge.aws import tags
 from nodeforge.aws.pipeline import promote
 from nodeforge.aws.prune import prune
+from nodeforge.aws.reap import reap
 from nodeforge.catalog.loader import Catalog
-from tests.aws.conftest import World
+from tests.aws.conftest import IMAGE, World
 from tests.conftest import REPO
 
 PACKAGE = REPO / "src" / "nodeforge" / "aws"
@@ -153,9 +155,25 @@ def test_calls_made_against_moto_are_all_scanned_and_granted(
     world.make_ami("p5-ubuntu24.04-old", status="failed")
     before = len(world.fake.calls)
     prune(world.clients(**settings), image="p5-ubuntu24.04", keep=1, dry_run=False)
+    world.ec2.run_instances(
+        ImageId=failed,
+        InstanceType="t3.micro",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": tags.tag_list(
+                    {tags.RUN_ID: "run-9", tags.TTL: "2026-12-01T00:00:00Z", tags.IMAGE: IMAGE}
+                ),
+            }
+        ],
+    )
+    reap(world.clients(), image=IMAGE, now=datetime(2026, 12, 2, tzinfo=UTC), dry_run=False)
     recorded = {f"{service}:{operation}" for service, operation, _ in world.fake.calls}
-    pruning = {f"{s}:{o}" for s, o, _ in world.fake.calls[before:]}
-    assert {"ec2:DeregisterImage", "ec2:DeleteSnapshot", "ssm:GetParameter"} <= pruning
+    housekeeping = {f"{s}:{o}" for s, o, _ in world.fake.calls[before:]}
+    assert {"ec2:DeregisterImage", "ec2:DeleteSnapshot", "ssm:GetParameter"} <= housekeeping
+    assert {"ec2:DescribePlacementGroups", "ec2:TerminateInstances"} <= housekeeping
     # the test's own setup calls are not the package's
     recorded -= {"ec2:CreateImage", "ec2:CreateLaunchTemplate"}
     scanned = scanned_actions()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 from typing import Any
@@ -127,6 +128,9 @@ def test_launch_request_of_the_run(world: World, shipped: Catalog) -> None:
     assert instance_tags[tags.RUN_ID] == "run-1"
     assert instance_tags[tags.TTL] == "2026-12-02T13:30:00Z"  # the fake clock's noon + 90 min
     assert instance_tags[tags.IMAGE] == IMAGE
+    # the instance ends itself at its TTL even if promote's machine died
+    assert request["InstanceInitiatedShutdownBehavior"] == "terminate"
+    assert "shutdown -h +90 " in base64.b64decode(request["UserData"]).decode()  # botocore's
 
 
 def test_capacity_reservation_launches_without_a_fresh_placement_group(

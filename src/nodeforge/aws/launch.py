@@ -115,6 +115,11 @@ def run_instances_request(
         ],
         # the same token on botocore's retries: a retried launch cannot start a second fleet
         "ClientToken": client_token[:64],
+        # If the machine running promote dies, the instance still ends: it shuts itself down
+        # at its TTL, and a shutdown from inside terminates it (`nodeforge reap` is the second
+        # net, for an instance whose timer never ran).
+        "InstanceInitiatedShutdownBehavior": "terminate",
+        "UserData": self_termination_script(config.ttl_minutes),
     }
     if config.key_name:
         request["KeyName"] = config.key_name
@@ -124,6 +129,15 @@ def run_instances_request(
     if capacity is not None:
         _target_capacity(request, capacity)
     return request
+
+
+def self_termination_script(ttl_minutes: int) -> str:
+    """User data that schedules the instance's own shutdown (so its termination) at the TTL."""
+    return (
+        "#!/bin/sh\n"
+        f"# nodeforge validation instance: terminate after {ttl_minutes} minutes\n"
+        f"shutdown -h +{ttl_minutes} 'nodeforge validation TTL reached'\n"
+    )
 
 
 def _target_capacity(request: RunInstancesRequestTypeDef, capacity: CapacityTarget) -> None:

@@ -183,7 +183,7 @@ def _add_pipeline_config(p: argparse.ArgumentParser) -> None:
 
 
 def _add_aws_parsers(sub: argparse._SubParsersAction[P], common: P) -> None:
-    """`promote` and `prune` on the CLI's subparsers, with its common options."""
+    """`promote`, `reap` and `prune` on the CLI's subparsers, with its common options."""
     p = sub.add_parser(
         "promote", parents=[common], help="validate an AMI on its instance types, then publish it"
     )
@@ -194,6 +194,19 @@ def _add_aws_parsers(sub: argparse._SubParsersAction[P], common: P) -> None:
     p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
     p.add_argument("--report-dir", type=Path, metavar="DIR", help="default: build/IMAGE/promote")
     p.add_argument("--allow-unverified", action="store_true")
+
+    p = sub.add_parser(
+        "reap",
+        parents=[common],
+        help="end validation instances and placement groups whose nodeforge:ttl has passed",
+        description="The second net under promote's cleanup, for runs whose machine died: "
+        "terminates the image's validation instances past their nodeforge:ttl (in the config's "
+        "region) and deletes its expired placement groups once no instance is in them. Run it "
+        "from cron or CI; it keeps everything else.",
+    )
+    p.add_argument("image")
+    _add_pipeline_config(p)
+    p.add_argument("--dry-run", action="store_true", help="say what would end, touch nothing")
 
     p = sub.add_parser("prune", parents=[common], help="deregister an image's old AMIs")
     p.add_argument("image")

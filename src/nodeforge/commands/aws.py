@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO, TypeVar
 
@@ -17,6 +18,7 @@ from nodeforge.aws.errors import AwsError
 from nodeforge.aws.pipeline import promote as promote_ami
 from nodeforge.aws.pipeline import ssh_validator
 from nodeforge.aws.prune import prune as prune_amis
+from nodeforge.aws.reap import reap as reap_runs
 from nodeforge.catalog.loader import Catalog
 from nodeforge.commands.common import checked_targets, stderr_progress
 from nodeforge.errors import EXIT_OK, EXIT_VIOLATIONS, InputError
@@ -88,6 +90,30 @@ def promote(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         lines += [f"copy     {region} {ami}" for region, ami in result.copies.items()]
     out.write("\n".join(lines) + "\n")
     return code
+
+
+def reap(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+    config = load_config(args.config, image_of(catalog, args.image))
+    try:
+        found = reap_runs(
+            clients_for(aws_session(config.region), config),
+            image=args.image,
+            now=datetime.now(UTC),
+            dry_run=args.dry_run,
+            progress=stderr_progress(),
+        )
+    except AwsError as exc:
+        print(f"nodeforge: reap failed: {exc}", file=sys.stderr)
+        return EXIT_VIOLATIONS
+    if args.json:
+        out.write(to_json({"image": args.image, "found": [r.to_json() for r in found]}))
+        return EXIT_OK
+    rows = [[r.kind, r.name, r.action, r.reason] for r in found]
+    ended = sum(r.action in ("terminate", "delete") for r in found)
+    verb = "would end" if args.dry_run else "ended"
+    table = text_table(["kind", "name", "action", "why"], rows) + "\n\n" if rows else ""
+    out.write(f"{table}{args.image} in {config.region}: {verb} {ended} of {len(rows)}\n")
+    return EXIT_OK
 
 
 def prune(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
