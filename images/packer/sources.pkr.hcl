@@ -20,6 +20,14 @@ source "amazon-ebs" "node" {
   ami_name        = var.ami_name
   ami_description = "nodeforge ${var.image_name} (stack ${var.stack_name})"
   ssh_username    = var.ssh_username
+  # Packer's temporary key leaves the build user's authorized_keys before the AMI is taken.
+  ssh_clear_authorized_keys = true
+
+  # A 150 GiB snapshot can take longer than the plugin's default wait for the AMI.
+  aws_polling {
+    delay_seconds = 30
+    max_attempts  = 240
+  }
 
   # Exactly one of these is set by the var file: an id resolved from SSM, or the OS's filter.
   source_ami = var.source_ami

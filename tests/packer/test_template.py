@@ -42,6 +42,13 @@ def test_shipped_templates_parse() -> None:
         "source.amazon-ebs.node",
     )
     assert source.body["metadata_options"][0]["http_tokens"] == "required"
+    # the temporary key is not left in the AMI; long snapshot waits do not time out
+    assert source.body["ssh_clear_authorized_keys"] is True
+    assert (
+        source.body["aws_polling"][0]["delay_seconds"]
+        * source.body["aws_polling"][0]["max_attempts"]
+        >= 2 * 3600
+    )
     assert expression(source.body["source_ami"]) == "var.source_ami"
     assert template.only_names() == ["nodeforge.amazon-ebs.node"]
 
