@@ -111,8 +111,10 @@ def run_validation(
     parallel: bool = False,
     dcgm_level: int = 1,
     launcher: Launcher = "mpirun",
+    ssh_extra_args: str | None = None,
 ) -> ValidationRun:
-    """pytest over validation/ for `hosts` (testinfra's --hosts: podman://, ssh://, ansible://)."""
+    """pytest over validation/ for `hosts` (testinfra's --hosts: podman://, ssh://, ansible://);
+    `ssh_extra_args` go to every ssh:// connection (testinfra's --ssh-extra-args)."""
     if not VALIDATION_SUITE.is_dir():
         raise InputError("the validation suite is missing", file=VALIDATION_SUITE)
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -140,6 +142,8 @@ def run_validation(
         "-q",
         "-rfE",
     ]
+    if ssh_extra_args:
+        argv.append(f"--ssh-extra-args={ssh_extra_args}")
     if parallel:
         argv += ["-n", "auto"]
     result = subprocess.run(argv, capture_output=True, text=True, check=False)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import base64
 import os
 import signal
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from nodeforge.aws import tags
 from nodeforge.aws.errors import AwsError
-from nodeforge.aws.pipeline import PromoteResult, Validator, promote
+from nodeforge.aws.pipeline import PromoteResult, Validator, promote, ssh_validator
 from nodeforge.catalog.loader import Catalog
 from nodeforge.errors import InputError
 from tests.aws.conftest import IMAGE, REGION, FakeClock, World, failure
@@ -407,3 +409,23 @@ def test_an_encrypted_ami_needs_a_shareable_key_for_each_copy(
     assert caught.value.field == "copy_kms_key_ids.us-west-2"
     assert "would be encrypted with the AWS managed key alias/aws/ebs" in caught.value.message
     assert world.fake.operations("RunInstances") == []
+
+
+def test_ssh_validation_trusts_no_stale_host_key(
+    shipped: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def run_validation(**kwargs: Any) -> Any:
+        seen.update(kwargs)
+        return SimpleNamespace(ok=True)
+
+    monkeypatch.setattr("nodeforge.aws.pipeline.run_validation", run_validation)
+    validate = ssh_validator(shipped, IMAGE, report_root=tmp_path, ssh_user=None)
+    assert validate(["10.0.0.5", "10.0.0.6"], "p5.48xlarge")
+    assert seen["hosts"] == "ssh://ubuntu@10.0.0.5,ssh://ubuntu@10.0.0.6"
+    assert seen["stage"] == "target"
+    # a reused private address must not stop the run at a host-key prompt or mismatch
+    assert "StrictHostKeyChecking=no" in seen["ssh_extra_args"]
+    assert "UserKnownHostsFile=/dev/null" in seen["ssh_extra_args"]
+    assert (tmp_path / "p5.48xlarge" / "vars.json").is_file()

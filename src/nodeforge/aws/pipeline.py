@@ -386,6 +386,12 @@ def _publish(
     progress(f"published {', '.join(result.parameters)}")
 
 
+# A validation instance is minutes old and its private address may have served another host
+# before: a known_hosts entry for it would be stale, and a prompt would hang the run (what
+# Packer's own connection to the builder does too).
+FRESH_HOST_SSH = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+
+
 def ssh_validator(
     catalog: Catalog,
     image: str,
@@ -406,6 +412,7 @@ def ssh_validator(
             hosts=",".join(f"ssh://{user}@{host}" for host in hosts),
             stage="target",
             report_dir=report_root / profile,
+            ssh_extra_args=FRESH_HOST_SSH,
             overrides=overrides,
             overrides_path=overrides_path,
         )
@@ -422,11 +429,18 @@ def run_suite(
     report_dir: Path,
     overrides: UserOverrides | None = None,
     overrides_path: Path | None = None,
+    ssh_extra_args: str | None = None,
 ) -> bool:
     """validation/ against testinfra `hosts`, compared with the target's resolved vars (written
     beside the reports, so a failed run can be replayed with `nodeforge validate`)."""
     vars_path = output_folder(report_dir) / "vars.json"
     document = render(catalog, target, overrides=overrides, overrides_path=overrides_path)
     write_output(vars_path, to_json(document))
-    run = run_validation(hosts=hosts, vars_path=vars_path, stage=stage, report_dir=report_dir)
+    run = run_validation(
+        hosts=hosts,
+        vars_path=vars_path,
+        stage=stage,
+        report_dir=report_dir,
+        ssh_extra_args=ssh_extra_args,
+    )
     return run.ok
