@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nodeforge.aws import tags
-from nodeforge.aws.errors import AwsError
+from nodeforge.aws.errors import AwsError, InstanceUnreachableError
 from nodeforge.aws.pipeline import PromoteResult, Validator, promote, ssh_validator
 from nodeforge.catalog.loader import Catalog
 from nodeforge.errors import InputError
@@ -421,6 +421,7 @@ def test_ssh_validation_trusts_no_stale_host_key(
         return SimpleNamespace(ok=True)
 
     monkeypatch.setattr("nodeforge.aws.pipeline.run_validation", run_validation)
+    monkeypatch.setattr("nodeforge.aws.pipeline.wait_for_ssh", lambda *_a, **_k: None)
     validate = ssh_validator(shipped, IMAGE, report_root=tmp_path, ssh_user=None)
     assert validate(["10.0.0.5", "10.0.0.6"], "p5.48xlarge")
     assert seen["hosts"] == "ssh://ubuntu@10.0.0.5,ssh://ubuntu@10.0.0.6"
@@ -429,3 +430,17 @@ def test_ssh_validation_trusts_no_stale_host_key(
     assert "StrictHostKeyChecking=no" in seen["ssh_extra_args"]
     assert "UserKnownHostsFile=/dev/null" in seen["ssh_extra_args"]
     assert (tmp_path / "p5.48xlarge" / "vars.json").is_file()
+
+
+def test_a_validator_that_cannot_reach_the_instances_is_infrastructure(
+    world: World, shipped: Catalog
+) -> None:
+    def unreachable(_hosts: list[str], _profile: str) -> bool:
+        raise InstanceUnreachableError("ubuntu@10.0.0.5 does not answer SSH after 600 s")
+
+    result = _promote(world, shipped, unreachable)
+    assert result.status == "infrastructure-failed"
+    assert result.runs[0].outcome == "unreachable"
+    assert world.image_tags()[tags.STATUS] == "built"
+    assert world.fake.deprecated == {}
+    assert world.live_instances() == []

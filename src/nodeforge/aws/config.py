@@ -45,6 +45,8 @@ class PipelineConfig(Model):
     capacity: dict[str, CapacityTarget] = Field(default_factory=dict)
     """Per profile name."""
     ready_timeout_s: float = Field(default=1800, gt=0)
+    ssh_ready_timeout_s: float = Field(default=600, gt=0)
+    """After the status checks: how long each instance may take to let the runner in over SSH."""
     poll_interval_s: float = Field(default=15, ge=0)
     terminate_timeout_s: float = Field(default=900, gt=0)
     api_max_attempts: int = Field(default=10, ge=1, le=20)

@@ -16,6 +16,7 @@ from nodeforge.aws.clients import AwsClients
 from nodeforge.aws.errors import InstanceUnreachableError, NoCapacityError, aws_error
 from nodeforge.aws.fleet import validation_fleet
 from nodeforge.aws.launch import Clock, network_interfaces, run_instances_request, wait_ready
+from nodeforge.aws.reachable import FRESH_HOST_SSH, wait_for_ssh
 from nodeforge.catalog.loader import Catalog
 from nodeforge.catalog.models import Profile
 from nodeforge.errors import InputError
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import ImageTypeDef
 
 Validator = Callable[[list[str], str], bool]
-"""validate(hosts, profile) -> every check passed; hosts are the instances' private addresses."""
+"""validate(hosts, profile) -> every check passed; hosts are the instances' private addresses.
+It raises InstanceUnreachableError when it could not reach them: nothing was judged."""
 Outcome = Literal["passed", "failed", "unreachable", "no-capacity", "passed-earlier"]
 Status = Literal["published", "failed", "infrastructure-failed"]
 _PASSED = ("passed", "passed-earlier")
@@ -345,7 +347,10 @@ def _run_profile(
         except InstanceUnreachableError as exc:
             return ProfileRun(profile.name, "unreachable", ids, message=str(exc))
         progress(f"{profile.name}: validating on {', '.join(hosts)}")
-        ok = validate(hosts, profile.name)
+        try:
+            ok = validate(hosts, profile.name)
+        except InstanceUnreachableError as exc:
+            return ProfileRun(profile.name, "unreachable", ids, hosts, message=str(exc))
         return ProfileRun(profile.name, "passed" if ok else "failed", ids, hosts)
 
 
@@ -386,12 +391,6 @@ def _publish(
     progress(f"published {', '.join(result.parameters)}")
 
 
-# A validation instance is minutes old and its private address may have served another host
-# before: a known_hosts entry for it would be stale, and a prompt would hang the run (what
-# Packer's own connection to the builder does too).
-FRESH_HOST_SSH = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
-
-
 def ssh_validator(
     catalog: Catalog,
     image: str,
@@ -400,12 +399,16 @@ def ssh_validator(
     ssh_user: str | None,
     overrides: UserOverrides | None = None,
     overrides_path: Path | None = None,
+    ssh_ready_timeout_s: float = 600,
+    clock: Clock | None = None,
 ) -> Validator:
-    """The real validator: the target stage of validation/ over SSH to the instances."""
+    """The real validator: the target stage of validation/ over SSH to the instances, once
+    each answers SSH (InstanceUnreachableError when one does not)."""
 
     def validate(hosts: list[str], profile: str) -> bool:
         target = target_for(catalog, image, profile)
         user = ssh_user or target.os.default_user
+        wait_for_ssh(hosts, user, timeout_s=ssh_ready_timeout_s, poll_s=15, clock=clock or Clock())
         return run_suite(
             catalog,
             target,

@@ -191,6 +191,7 @@ def _promotion(
             ssh_user=config.ssh_user,
             overrides=overrides,
             overrides_path=args.vars,
+            ssh_ready_timeout_s=config.ssh_ready_timeout_s,
         )
     )
     return _Promotion(catalog, config, args.config, args.image, targets, validate, report_root)

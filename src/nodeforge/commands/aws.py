@@ -52,6 +52,7 @@ def promote(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         ssh_user=config.ssh_user,
         overrides=overrides,
         overrides_path=args.vars,
+        ssh_ready_timeout_s=config.ssh_ready_timeout_s,
     )
     try:
         result = promote_ami(
