@@ -61,8 +61,9 @@ def local_image() -> str:
     return LOCAL_IMAGE_REF
 
 
-def build_containers() -> list[str]:
-    """The local builds' containers that exist now (a finished build leaves none)."""
+def build_containers(image: str) -> list[str]:
+    """The containers of the image's local builds that exist now (a finished build leaves
+    none); builds of other images, in tests on other workers, are theirs."""
     if shutil.which("podman") is None:
         return []
     listed = subprocess.run(
@@ -71,7 +72,7 @@ def build_containers() -> list[str]:
         text=True,
         check=True,
     )
-    return [n for n in listed.stdout.split() if n.startswith("nodeforge-build-")]
+    return [n for n in listed.stdout.split() if n.startswith(f"nodeforge-build-{image}-")]
 
 
 def image_id(ref: str) -> str | None:

@@ -16,6 +16,7 @@ import yaml
 
 from tests.conftest import REPO, SHIPPED
 from tests.integration.conftest import (
+    LOCAL_IMAGE,
     LOCAL_IMAGE_REF,
     build_containers,
     image_id,
@@ -55,7 +56,7 @@ def artifact_catalog(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
         image = {
             "name": "local-artifacts",
             "description": "Debian 13 with a layer that downloads a checksummed artifact",
-            "extends": "local-debian13",
+            "extends": LOCAL_IMAGE,
             "stack": "hopper-2026.11-mirror",
             "layers": ["base", "efa", "gdrcopy", "image_cleanup"],
         }
@@ -72,7 +73,7 @@ def test_checksum_mismatch_stops_before_any_container(
     data = bytearray(tarball.read_bytes())
     data[100] ^= 0xFF
     tarball.write_bytes(bytes(data))
-    before = build_containers()
+    before = build_containers("local-artifacts")
     result = nodeforge_cli(
         "build",
         "local-artifacts",
@@ -91,7 +92,7 @@ def test_checksum_mismatch_stops_before_any_container(
     assert (tmp_path / "work" / "artifacts" / "aws-efa-installer-1.51.0.tar.gz").exists()
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "work" / "artifacts" / "v2.5.1.tar.gz").exists()
-    assert build_containers() == before
+    assert build_containers("local-artifacts") == before
 
 
 def test_mirror_down(artifact_catalog: tuple[Path, Path, Path], tmp_path: Path) -> None:
@@ -151,14 +152,14 @@ def test_ctrl_c_leaves_no_container_and_no_new_tag(tmp_path: Path) -> None:
     require_podman()
     before = image_id(LOCAL_IMAGE_REF)
     # another test's leftover is that test's failure, not this one's
-    others = build_containers()
+    others = build_containers(LOCAL_IMAGE)
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "nodeforge.cli",
             "build",
-            "local-debian13",
+            LOCAL_IMAGE,
             "--target",
             "local",
             "--work-dir",
@@ -174,9 +175,9 @@ def test_ctrl_c_leaves_no_container_and_no_new_tag(tmp_path: Path) -> None:
     for line in process.stderr:
         if "[  5]" in line or time.monotonic() > deadline:
             break
-    assert set(build_containers()) - set(others), "the build should be converging by now"
+    assert set(build_containers(LOCAL_IMAGE)) - set(others), "the build should be converging by now"
     process.send_signal(signal.SIGINT)
     process.communicate(timeout=120)
     assert process.returncode == 130
-    assert set(build_containers()) - set(others) == set()
+    assert set(build_containers(LOCAL_IMAGE)) - set(others) == set()
     assert image_id(LOCAL_IMAGE_REF) == before

@@ -46,7 +46,7 @@ def test_whole_stack_builds_reconverges_and_validates(
     whole_stack: tuple[Path, Path, Served], tmp_path: Path
 ) -> None:
     catalog, overrides, served = whole_stack
-    others = set(build_containers())  # another test's leftover is that test's failure
+    others = set(build_containers(IMAGE))  # another test's leftover is that test's failure
     result = nodeforge_cli(
         "build",
         IMAGE,
@@ -68,7 +68,7 @@ def test_whole_stack_builds_reconverges_and_validates(
     assert set(LAYERS) <= set(summary["role_seconds"])
     assert summary["bom"]["kernel"].startswith("linux-image-cloud-amd64 ")
     assert image_id(summary["image_ref"]) is not None
-    assert set(build_containers()) - others == set()
+    assert set(build_containers(IMAGE)) - others == set()
     # live progress went to stderr, task by task
     assert "base : Packages | install what is missing" in result.stderr
 
