@@ -444,3 +444,25 @@ def test_a_validator_that_cannot_reach_the_instances_is_infrastructure(
     assert world.image_tags()[tags.STATUS] == "built"
     assert world.fake.deprecated == {}
     assert world.live_instances() == []
+
+
+def test_a_published_ami_and_its_copies_are_deprecated_after_their_life(
+    world: World, shipped: Catalog
+) -> None:
+    result = _promote(
+        world,
+        shipped,
+        FakeValidator(True, world),
+        copy_regions=["us-west-2"],
+        deprecate_after_days=90,
+    )
+    assert result.status == "published"
+    # the fake clock's noon, 2026-12-02, plus 90 days
+    expected = "2027-03-02T12:00:00"
+    assert world.fake.deprecated[world.ami_id].startswith(expected)
+    assert world.fake.deprecated[result.copies["us-west-2"]].startswith(expected)
+
+
+def test_without_a_life_a_published_ami_is_not_deprecated(world: World, shipped: Catalog) -> None:
+    _promote(world, shipped, FakeValidator(True, world))
+    assert world.fake.deprecated == {}

@@ -39,6 +39,9 @@ class PipelineConfig(Model):
     share copies of an encrypted AMI: without one, EC2 uses the region's default EBS key."""
     copy_timeout_s: float = Field(default=3600, gt=0)
     """How long to wait for the copies to become available before sharing and publishing them."""
+    deprecate_after_days: int | None = Field(default=None, ge=1, le=10 * 365)
+    """A published AMI and its copies are deprecated this long after publishing (EC2 then
+    leaves them out of default listings, while they still launch); none by default."""
     ttl_minutes: int = Field(default=240, ge=10, le=7 * 24 * 60)
     """How long a reaper should let a validation instance live if nodeforge could not end it."""
     multinode: bool = False

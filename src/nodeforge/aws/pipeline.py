@@ -370,6 +370,11 @@ def _publish(
     config = clients.config
     accounts = config.share_accounts
     ami_id = source["ImageId"]
+    end_of_life = (
+        clock.now() + timedelta(days=config.deprecate_after_days)
+        if config.deprecate_after_days
+        else None
+    )
     if accounts:
         progress(f"sharing {ami_id} with {', '.join(accounts)}")
         publish.share(clients.ec2, clients.kms_in(config.region), source, accounts)
@@ -381,12 +386,17 @@ def _publish(
         for region, copy in publish.wait_for_copies(clients, result.copies, clock).items():
             publish.share(clients.ec2_in(region), clients.kms_in(region), copy, accounts)
             publish.mark_validated(clients.ec2_in(region), copy["ImageId"], result.run_id)
+            if end_of_life is not None:
+                publish.schedule_deprecation(clients.ec2_in(region), copy["ImageId"], end_of_life)
             result.copy_parameters[region] = publish.put_parameters(
                 clients.ssm_in(region), result.image, profiles, copy["ImageId"]
             )
             progress(f"published {copy['ImageId']} in {region}")
     progress(f"tagging {ami_id} validated")
     publish.mark_validated(clients.ec2, ami_id, result.run_id)
+    if end_of_life is not None:
+        progress(f"{ami_id} is deprecated from {tags.iso(end_of_life)}")
+        publish.schedule_deprecation(clients.ec2, ami_id, end_of_life)
     result.parameters = publish.put_parameters(clients.ssm, result.image, profiles, ami_id)
     progress(f"published {', '.join(result.parameters)}")
 

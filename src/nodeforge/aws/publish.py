@@ -37,6 +37,12 @@ def mark_validated(ec2: EC2Client, ami_id: str, run_id: str) -> None:
     )
 
 
+def schedule_deprecation(ec2: EC2Client, ami_id: str, at: datetime) -> None:
+    """EC2 deprecates the AMI at `at` (rounded down to the minute), as a published AMI's end of
+    life; repeating it with the same time changes nothing."""
+    ec2.enable_image_deprecation(ImageId=ami_id, DeprecateAt=at.replace(second=0, microsecond=0))
+
+
 def passed_profiles(image: ImageTypeDef) -> list[str]:
     """The profiles an earlier run validated this AMI on (its PASSED_PROFILES tag)."""
     value = tags.tag_map(image.get("Tags", [])).get(tags.PASSED_PROFILES, "")
