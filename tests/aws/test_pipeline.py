@@ -466,3 +466,25 @@ def test_a_published_ami_and_its_copies_are_deprecated_after_their_life(
 def test_without_a_life_a_published_ami_is_not_deprecated(world: World, shipped: Catalog) -> None:
     _promote(world, shipped, FakeValidator(True, world))
     assert world.fake.deprecated == {}
+
+
+ORG = "arn:aws:organizations::123456789012:organization/o-a1b2c3d4e5"
+OU = "arn:aws:organizations::123456789012:ou/o-a1b2c3d4e5/ou-ab12-cd34ef56"
+
+
+def test_shared_with_an_organization_and_an_ou(world: World, shipped: Catalog) -> None:
+    result = _promote(
+        world,
+        shipped,
+        FakeValidator(True, world),
+        share_accounts=[PARTNER],
+        share_organization_arns=[ORG],
+        share_ou_arns=[OU],
+    )
+    assert result.shared_with == [PARTNER, ORG, OU]
+    (request,) = world.fake.operations("ModifyImageAttribute")
+    assert request["LaunchPermission"]["Add"] == [
+        {"UserId": PARTNER},
+        {"OrganizationArn": ORG},
+        {"OrganizationalUnitArn": OU},
+    ]

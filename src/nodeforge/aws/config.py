@@ -15,6 +15,16 @@ from nodeforge.errors import InputError
 Region = Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
 Account = Annotated[str, Field(pattern=r"^\d{12}$")]
 SecurityGroupId = Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")]
+OrganizationArn = Annotated[
+    str, Field(pattern=r"^arn:aws[a-z-]*:organizations::\d{12}:organization/o-[a-z0-9]{10,32}$")
+]
+OrganizationalUnitArn = Annotated[
+    str,
+    Field(
+        pattern=r"^arn:aws[a-z-]*:organizations::\d{12}:ou/o-[a-z0-9]{10,32}/"
+        r"ou-[a-z0-9]{4,32}-[a-z0-9]{8,32}$"
+    ),
+]
 
 
 class CapacityTarget(Model):
@@ -33,6 +43,9 @@ class PipelineConfig(Model):
     ssh_user: str | None = None
     """Default: the OS entry's default_user."""
     share_accounts: list[Account] = Field(default_factory=list)
+    share_organization_arns: list[OrganizationArn] = Field(default_factory=list)
+    share_ou_arns: list[OrganizationalUnitArn] = Field(default_factory=list)
+    """Organizations and organizational units whose accounts may launch the published AMI."""
     copy_regions: Annotated[list[Region], AfterValidator(unique)] = Field(default_factory=list)
     copy_kms_key_ids: dict[Region, str] = Field(default_factory=dict)
     """Per copy region, the KMS key (ARN, id or alias) the copy is encrypted with. Needed to
@@ -54,6 +67,11 @@ class PipelineConfig(Model):
     terminate_timeout_s: float = Field(default=900, gt=0)
     api_max_attempts: int = Field(default=10, ge=1, le=20)
     retry_mode: Literal["standard", "adaptive"] = "standard"
+
+    @property
+    def shares(self) -> list[str]:
+        """Every account, organization and organizational unit the AMI is shared with."""
+        return [*self.share_accounts, *self.share_organization_arns, *self.share_ou_arns]
 
     @model_validator(mode="after")
     def _copies_elsewhere(self) -> PipelineConfig:

@@ -249,7 +249,7 @@ def _check_shareable(clients: AwsClients, source: ImageTypeDef, config_path: Pat
     """Before any instance starts: every key the shared AMI and its copies are encrypted with
     can be granted to other accounts (aws/ebs cannot)."""
     config = clients.config
-    if not config.share_accounts:
+    if not config.shares:
         return
     ami_id = source["ImageId"]
     fix = (
@@ -368,23 +368,22 @@ def _publish(
     # no parameter pointing at one. Each step is safe to repeat, so a re-run finishes the
     # publish. The copies are published before the source, whose parameters come last.
     config = clients.config
-    accounts = config.share_accounts
     ami_id = source["ImageId"]
     end_of_life = (
         clock.now() + timedelta(days=config.deprecate_after_days)
         if config.deprecate_after_days
         else None
     )
-    if accounts:
-        progress(f"sharing {ami_id} with {', '.join(accounts)}")
-        publish.share(clients.ec2, clients.kms_in(config.region), source, accounts)
-        result.shared_with = list(accounts)
+    if config.shares:
+        progress(f"sharing {ami_id} with {', '.join(config.shares)}")
+        publish.share(clients.ec2, clients.kms_in(config.region), source, config)
+        result.shared_with = config.shares
     if config.copy_regions:
         progress(f"copying {ami_id} to {', '.join(config.copy_regions)}")
         result.copies = publish.copy_to_regions(clients, source, result.run_id)
         progress(f"waiting for {', '.join(result.copies.values())} to become available")
         for region, copy in publish.wait_for_copies(clients, result.copies, clock).items():
-            publish.share(clients.ec2_in(region), clients.kms_in(region), copy, accounts)
+            publish.share(clients.ec2_in(region), clients.kms_in(region), copy, config)
             publish.mark_validated(clients.ec2_in(region), copy["ImageId"], result.run_id)
             if end_of_life is not None:
                 publish.schedule_deprecation(clients.ec2_in(region), copy["ImageId"], end_of_life)

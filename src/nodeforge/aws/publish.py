@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from nodeforge.aws import encryption, tags
 from nodeforge.aws.clients import AwsClients
+from nodeforge.aws.config import PipelineConfig
 from nodeforge.aws.errors import AwsError
 from nodeforge.aws.launch import Clock
 
@@ -69,17 +70,23 @@ def mark_failed(ec2: EC2Client, ami_id: str, *, run_id: str, profile: str, now: 
     ec2.enable_image_deprecation(ImageId=ami_id, DeprecateAt=deprecate_at)
 
 
-def share(ec2: EC2Client, kms: KMSClient, image: ImageTypeDef, accounts: Sequence[str]) -> None:
-    """Each account may launch the AMI: a grant on every customer managed key of its snapshots
-    (pipeline checks refused AWS managed ones before anything ran), then the launch permission.
-    The snapshots need no create-volume permission: the launch permission covers them. Each
-    step finds what an earlier run did, so a re-run repeats this safely."""
-    if not accounts:
+def share(ec2: EC2Client, kms: KMSClient, image: ImageTypeDef, config: PipelineConfig) -> None:
+    """The config's accounts, organizations and organizational units may launch the AMI: a KMS
+    grant for each account on every customer managed key of its snapshots (pipeline checks
+    refused AWS managed ones before anything ran; an organization is let in by the key's policy,
+    see docs/aws-pipeline.md), then the launch permission. The snapshots need no create-volume
+    permission: the launch permission covers them. Each step finds what an earlier run did, so
+    a re-run repeats this safely."""
+    if not config.shares:
         return
-    for key in encryption.snapshot_keys(ec2, image):
-        encryption.grant_accounts(kms, key, accounts)
-    users: list[LaunchPermissionTypeDef] = [{"UserId": account} for account in accounts]
-    ec2.modify_image_attribute(ImageId=image["ImageId"], LaunchPermission={"Add": users})
+    if config.share_accounts:
+        for key in encryption.snapshot_keys(ec2, image):
+            encryption.grant_accounts(kms, key, config.share_accounts)
+    permissions: list[LaunchPermissionTypeDef] = []
+    permissions += [{"UserId": account} for account in config.share_accounts]
+    permissions += [{"OrganizationArn": arn} for arn in config.share_organization_arns]
+    permissions += [{"OrganizationalUnitArn": arn} for arn in config.share_ou_arns]
+    ec2.modify_image_attribute(ImageId=image["ImageId"], LaunchPermission={"Add": permissions})
 
 
 def copy_to_regions(clients: AwsClients, image: ImageTypeDef, run_id: str) -> dict[str, str]:
