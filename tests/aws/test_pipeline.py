@@ -488,3 +488,24 @@ def test_shared_with_an_organization_and_an_ou(world: World, shipped: Catalog) -
         {"OrganizationArn": ORG},
         {"OrganizationalUnitArn": OU},
     ]
+
+
+def test_a_failed_copy_leaves_nothing_validated_or_published(
+    world: World, shipped: Catalog
+) -> None:
+    def copy_failed(parsed: dict[str, Any], **_: Any) -> None:
+        for image in parsed.get("Images", []):
+            if tags.SOURCE_AMI in tags.tag_map(image.get("Tags", [])):
+                image["State"] = "failed"
+                image["StateReason"] = {"Message": "snapshot copy failed"}
+
+    world.session.events.register("after-call.ec2.DescribeImages", copy_failed)
+    with pytest.raises(AwsError, match="is failed: snapshot copy failed"):
+        _promote(world, shipped, FakeValidator(True, world), copy_regions=["us-west-2"])
+    assert world.image_tags()[tags.STATUS] == "built"
+    west = world.session.client("ec2", region_name="us-west-2")
+    [copy] = west.describe_images(Owners=["self"])["Images"]
+    assert tags.tag_map(copy.get("Tags", []))[tags.STATUS] == "built"
+    assert _parameters(world) == []
+    assert world.live_instances() == []
+    assert world.fake.placement_groups == set()
