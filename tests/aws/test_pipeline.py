@@ -509,3 +509,32 @@ def test_a_failed_copy_leaves_nothing_validated_or_published(
     assert _parameters(world) == []
     assert world.live_instances() == []
     assert world.fake.placement_groups == set()
+
+
+def test_a_rerun_replaces_a_failed_copy(world: World, shipped: Catalog) -> None:
+    def copy_failed(parsed: dict[str, Any], **_: Any) -> None:
+        for image in parsed.get("Images", []):
+            if tags.SOURCE_AMI in tags.tag_map(image.get("Tags", [])):
+                image["State"] = "failed"
+
+    world.session.events.register("after-call.ec2.DescribeImages", copy_failed)
+    validate = FakeValidator(True, world)
+    with pytest.raises(AwsError, match="is failed"):
+        _promote(world, shipped, validate, copy_regions=["us-west-2"])
+    west = world.session.client("ec2", region_name="us-west-2")
+    [first] = [i["ImageId"] for i in west.describe_images(Owners=["self"])["Images"]]
+    world.session.events.unregister("after-call.ec2.DescribeImages", copy_failed)
+
+    def failed_until_seen(parsed: dict[str, Any], **_: Any) -> None:
+        for image in parsed.get("Images", []):
+            if image.get("ImageId") == first:
+                image["State"] = "failed"
+
+    # the next run finds the failed copy, deregisters it and copies again
+    world.session.events.register("after-call.ec2.DescribeImages", failed_until_seen)
+    result = _promote(world, shipped, validate, launches=False, copy_regions=["us-west-2"])
+    assert result.status == "published"
+    assert result.copies["us-west-2"] != first
+    assert [i["ImageId"] for i in west.describe_images(Owners=["self"])["Images"]] == [
+        result.copies["us-west-2"]
+    ]

@@ -162,11 +162,14 @@ def wait_for_copies(
 
 def existing_copy(ec2: EC2Client, source_ami: str) -> str | None:
     """This account's copy of `source_ami` in the client's region, if a run started one (a
-    second CopyImage under the same name fails with InvalidAMIName.Duplicate)."""
+    second CopyImage under the same name fails with InvalidAMIName.Duplicate). A copy that
+    ended `failed` is deregistered, so that a new one can take its name."""
     found = ec2.describe_images(
         Owners=["self"],
         Filters=[{"Name": f"tag:{tags.SOURCE_AMI}", "Values": [source_ami]}],
     )["Images"]
+    for failed in (i for i in found if i.get("State") in ("failed", "error")):
+        ec2.deregister_image(ImageId=failed["ImageId"])
     live = [i for i in found if i.get("State") in ("pending", "available")]
     return live[0]["ImageId"] if live else None
 
