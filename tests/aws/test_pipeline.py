@@ -538,3 +538,18 @@ def test_a_rerun_replaces_a_failed_copy(world: World, shipped: Catalog) -> None:
     assert [i["ImageId"] for i in west.describe_images(Owners=["self"])["Images"]] == [
         result.copies["us-west-2"]
     ]
+
+
+def test_a_profile_launches_in_its_own_subnet(world: World, shipped: Catalog) -> None:
+    vpc = world.ec2.describe_subnets(SubnetIds=[world.subnet_id])["Subnets"][0]["VpcId"]
+    other = world.ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.16.0/20")["Subnet"]["SubnetId"]
+    _promote(
+        world,
+        shipped,
+        FakeValidator(True, world),
+        ("p5.48xlarge", "p5en.48xlarge"),
+        profile_subnets={"p5en.48xlarge": other},
+    )
+    first, second = world.fake.operations("RunInstances")
+    assert {i["SubnetId"] for i in first["NetworkInterfaces"]} == {world.subnet_id}
+    assert {i["SubnetId"] for i in second["NetworkInterfaces"]} == {other}

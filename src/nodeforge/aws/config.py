@@ -15,6 +15,7 @@ from nodeforge.errors import InputError
 Region = Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
 Account = Annotated[str, Field(pattern=r"^\d{12}$")]
 SecurityGroupId = Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")]
+SubnetId = Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")]
 OrganizationArn = Annotated[
     str, Field(pattern=r"^arn:aws[a-z-]*:organizations::\d{12}:organization/o-[a-z0-9]{10,32}$")
 ]
@@ -36,8 +37,10 @@ class CapacityTarget(Model):
 
 class PipelineConfig(Model):
     region: Region
-    subnet_id: str = Field(pattern=r"^subnet-[0-9a-f]{8,17}$")
+    subnet_id: SubnetId
     """One subnet, so one availability zone: a cluster placement group cannot span zones."""
+    profile_subnets: dict[str, SubnetId] = Field(default_factory=dict)
+    """Per profile, another subnet (so zone) than subnet_id: where its capacity is."""
     security_group_ids: list[SecurityGroupId] = Field(min_length=1, max_length=5)
     key_name: str | None = None
     ssh_user: str | None = None
@@ -87,7 +90,8 @@ class PipelineConfig(Model):
 
 
 def load_config(path: Path, image: Image) -> PipelineConfig:
-    """The settings file for one image: a capacity entry must name a profile of the image."""
+    """The settings file for one image: a capacity or profile_subnets entry must name a profile
+    of the image."""
     doc = read_yaml(path)
     if not isinstance(doc.data, dict):
         raise InputError(
@@ -100,13 +104,17 @@ def load_config(path: Path, image: Image) -> PipelineConfig:
         config = PipelineConfig.model_validate(doc.data)
     except ValidationError as exc:
         raise input_error_from(exc, path, doc.line_of, doc.data) from None
-    for profile in config.capacity:
-        if profile not in image.profiles:
-            raise InputError(
-                f"'{profile}' is no profile of image {image.name}",
-                file=path,
-                field=f"capacity.{profile}",
-                line=doc.line_of(("capacity", profile)),
-                fix=f"name one of: {', '.join(image.profiles)}",
-            )
+    for section, entries in (
+        ("capacity", config.capacity),
+        ("profile_subnets", config.profile_subnets),
+    ):
+        for profile in entries:
+            if profile not in image.profiles:
+                raise InputError(
+                    f"'{profile}' is no profile of image {image.name}",
+                    file=path,
+                    field=f"{section}.{profile}",
+                    line=doc.line_of((section, profile)),
+                    fix=f"name one of: {', '.join(image.profiles)}",
+                )
     return config

@@ -38,7 +38,10 @@ _PASSED = ("passed", "passed-earlier")
 
 # EC2 errors that mean the config file or the command line is wrong, not AWS or the AMI
 _INPUT_ERRORS: Mapping[str, tuple[str, str]] = {
-    "InvalidSubnetID.NotFound": ("subnet_id", "use a subnet of the configured region"),
+    "InvalidSubnetID.NotFound": (
+        "subnet_id",
+        "use a subnet of the configured region (subnet_id, or the profile's profile_subnets)",
+    ),
     "InvalidGroup.NotFound": ("security_group_ids", "use security groups of the subnet's VPC"),
     "InvalidKeyPair.NotFound": ("key_name", "use a key pair of the configured region"),
     "InvalidCapacityReservationId.NotFound": (
@@ -296,7 +299,7 @@ def _run_profile(
     count = nodes_for(profile, config.multinode)
     interfaces = network_interfaces(
         profile,
-        subnet_id=config.subnet_id,
+        subnet_id=config.profile_subnets.get(profile.name, config.subnet_id),
         security_group_ids=config.security_group_ids,
         source=profile_file,
     )
