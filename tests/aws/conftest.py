@@ -1,12 +1,11 @@
 """A fake AWS account (moto) with what nodeforge's AWS steps need: a VPC, a subnet, a security
 group, and an AMI of the image as Packer leaves it (tagged nodeforge:image, status built).
 
-moto does not implement placement groups or image deprecation, ignores CopyImage's
-TagSpecifications and instances' placement groups, models no snapshot encryption and calls
-every KMS key customer managed: `FakeEc2`
-answers or completes those calls through botocore `before-call`/`after-call` hooks on the
-session, and records every call the code makes (operation and parameters), which the IAM policy
-test reads.
+moto does not implement placement groups, capacity reservations or image deprecation, ignores
+CopyImage's TagSpecifications and instances' placement groups, models no snapshot encryption and
+calls every KMS key customer managed: `FakeEc2` answers or completes those calls through botocore
+`before-call`/`after-call` hooks on the session, and records every call the code makes (operation
+and parameters), which the IAM policy test reads.
 """
 
 from __future__ import annotations
@@ -48,6 +47,8 @@ class FakeEc2:
     deleted_groups: list[str] = field(default_factory=list)
     group_tags: dict[str, dict[str, str]] = field(default_factory=dict)
     placed: dict[str, str] = field(default_factory=dict)
+    capacity_reservations: list[dict[str, Any]] = field(default_factory=list)
+    """What DescribeCapacityReservations answers (moto implements no capacity reservations)."""
     """Instance id -> its placement group, which moto drops from its answers."""
     deprecated: dict[str, str] = field(default_factory=dict)
     encrypted: dict[str, str] = field(default_factory=dict)
@@ -72,6 +73,20 @@ class FakeEc2:
                 for tag in spec["Tags"]
             }
             return ok({"PlacementGroup": {"GroupName": body["GroupName"]}})
+        if model.name == "DescribeCapacityReservations":
+            [request] = self.operations("DescribeCapacityReservations")[-1:]
+            fields = {"instance-type": "InstanceType", "availability-zone": "AvailabilityZone"}
+            fields |= {"state": "State"}
+            wanted = {fields[f["Name"]]: f["Values"] for f in request.get("Filters", [])}
+            return ok(
+                {
+                    "CapacityReservations": [
+                        r
+                        for r in self.capacity_reservations
+                        if all(r.get(k) in v for k, v in wanted.items())
+                    ]
+                }
+            )
         if model.name == "DescribePlacementGroups":
             [request] = self.operations("DescribePlacementGroups")[-1:]
             wanted = {
@@ -262,6 +277,7 @@ def fake_session(fake: FakeEc2) -> boto3.Session:
         "CreatePlacementGroup",
         "DeletePlacementGroup",
         "DescribePlacementGroups",
+        "DescribeCapacityReservations",
         "EnableImageDeprecation",
     ):
         session.events.register(f"before-call.ec2.{operation}", fake.answer)

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from mypy_boto3_ec2.type_defs import RunInstancesRequestTypeDef
+from pydantic import ValidationError
 
 from nodeforge.aws import tags
+from nodeforge.aws.capacity import resolve_capacity
 from nodeforge.aws.errors import (
     AwsError,
     CleanupError,
@@ -89,11 +91,19 @@ def test_profile_without_efa_gets_one_ena_interface(shipped: Catalog) -> None:
 
 def _request(world: World, shipped: Catalog, **config: Any) -> RunInstancesRequestTypeDef:
     profile = shipped.profiles["p6-b300.48xlarge"]
+    settings = world.config(**config)
     return run_instances_request(
         ami_id=world.ami_id,
         profile=profile,
         count=2,
-        config=world.config(**config),
+        config=settings,
+        capacity=resolve_capacity(
+            world.ec2,
+            settings.capacity.get(profile.name),
+            instance_type=profile.name,
+            count=2,
+            subnet_id=world.subnet_id,
+        ),
         interfaces=network_interfaces(
             profile, subnet_id=world.subnet_id, security_group_ids=[world.security_group_id]
         ),
@@ -316,3 +326,68 @@ def test_signal_interrupts_and_cleans_up(world: World, shipped: Catalog, signum:
     assert world.live_instances() == []
     assert world.fake.placement_groups == set()
     assert signal.getsignal(signum) is before
+
+
+def _reservation(
+    world: World, reservation_id: str, free: int, ends: str, **more: Any
+) -> dict[str, Any]:
+    zone = world.ec2.describe_subnets(SubnetIds=[world.subnet_id])["Subnets"][0]
+    return {
+        "CapacityReservationId": reservation_id,
+        "InstanceType": "p6-b300.48xlarge",
+        "AvailabilityZone": zone["AvailabilityZone"],
+        "State": "active",
+        "AvailableInstanceCount": free,
+        "EndDate": ends,
+        **more,
+    }
+
+
+def test_find_takes_the_reservation_with_room_that_ends_first(
+    world: World, shipped: Catalog
+) -> None:
+    world.fake.capacity_reservations = [
+        _reservation(world, "cr-0000000000000001a", 1, "2026-12-03T00:00:00Z"),  # too small
+        _reservation(world, "cr-0000000000000002b", 2, "2026-12-09T00:00:00Z"),
+        _reservation(
+            world,
+            "cr-0000000000000003c",
+            4,
+            "2026-12-04T11:30:00Z",
+            ReservationType="capacity-block",
+            PlacementGroupArn="arn:aws:ec2:us-east-1:123456789012:placement-group/cb-pg",
+        ),
+        {
+            **_reservation(world, "cr-0000000000000004d", 8, "2026-12-03T00:00:00Z"),
+            "State": "expired",
+        },
+    ]
+    request = _request(world, shipped, capacity={"p6-b300.48xlarge": {"find": True}})
+    assert request["CapacityReservationSpecification"] == {
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0000000000000003c"}
+    }
+    assert request["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    capacity = resolve_capacity(
+        world.ec2,
+        world.config(capacity={"p6-b300.48xlarge": {"find": True}}).capacity["p6-b300.48xlarge"],
+        instance_type="p6-b300.48xlarge",
+        count=2,
+        subnet_id=world.subnet_id,
+    )
+    assert capacity is not None and capacity.placement_group == "cb-pg"
+
+
+def test_find_without_room_is_no_capacity(world: World, shipped: Catalog) -> None:
+    world.fake.capacity_reservations = [
+        _reservation(world, "cr-0000000000000001a", 1, "2026-12-03T00:00:00Z")
+    ]
+    with pytest.raises(NoCapacityError, match="has 2 free instance"):
+        _request(world, shipped, capacity={"p6-b300.48xlarge": {"find": True}})
+
+
+@pytest.mark.parametrize(
+    "target", [{}, {"find": True, "reservation_id": "cr-0123456789abcdef0"}], ids=["none", "both"]
+)
+def test_a_capacity_entry_names_or_finds(world: World, target: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError, match="name a reservation_id, or set find: true"):
+        world.config(capacity={"p6-b300.48xlarge": target})

@@ -29,10 +29,18 @@ OrganizationalUnitArn = Annotated[
 
 
 class CapacityTarget(Model):
-    """An On-Demand Capacity Reservation, or a Capacity Block for ML (`capacity_block: true`)."""
+    """An On-Demand Capacity Reservation, or a Capacity Block for ML (`capacity_block: true`),
+    named by id, or `find: true`: the active one with room in the subnet's zone."""
 
-    reservation_id: str = Field(pattern=r"^cr-[0-9a-f]{8,17}$")
+    reservation_id: str | None = Field(default=None, pattern=r"^cr-[0-9a-f]{8,17}$")
     capacity_block: bool = False
+    find: bool = False
+
+    @model_validator(mode="after")
+    def _named_or_found(self) -> CapacityTarget:
+        if (self.reservation_id is None) == (not self.find):
+            raise ValueError("name a reservation_id, or set find: true (not both)")
+        return self
 
 
 class PipelineConfig(Model):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, cast
 
 from botocore.exceptions import ClientError
 
-from nodeforge.aws.config import CapacityTarget, PipelineConfig
+from nodeforge.aws.config import PipelineConfig
 from nodeforge.aws.errors import InstanceUnreachableError, NoCapacityError
 from nodeforge.aws.tags import tag_list
 from nodeforge.catalog.models import Profile
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
         InstanceNetworkInterfaceSpecificationTypeDef,
         RunInstancesRequestTypeDef,
     )
+
+    from nodeforge.aws.capacity import Capacity
 
 NO_CAPACITY_CODES = frozenset(
     {
@@ -98,6 +100,7 @@ def run_instances_request(
     config: PipelineConfig,
     interfaces: list[InstanceNetworkInterfaceSpecificationTypeDef],
     placement_group: str | None,
+    capacity: Capacity | None,
     tags: Mapping[str, str],
     client_token: str,
 ) -> RunInstancesRequestTypeDef:
@@ -125,9 +128,12 @@ def run_instances_request(
         request["KeyName"] = config.key_name
     if placement_group:
         request["Placement"] = {"GroupName": placement_group}
-    capacity = config.capacity.get(profile.name)
     if capacity is not None:
-        _target_capacity(request, capacity)
+        request["CapacityReservationSpecification"] = {
+            "CapacityReservationTarget": {"CapacityReservationId": capacity.reservation_id}
+        }
+        if capacity.capacity_block:
+            request["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
     return request
 
 
@@ -138,14 +144,6 @@ def self_termination_script(ttl_minutes: int) -> str:
         f"# nodeforge validation instance: terminate after {ttl_minutes} minutes\n"
         f"shutdown -h +{ttl_minutes} 'nodeforge validation TTL reached'\n"
     )
-
-
-def _target_capacity(request: RunInstancesRequestTypeDef, capacity: CapacityTarget) -> None:
-    request["CapacityReservationSpecification"] = {
-        "CapacityReservationTarget": {"CapacityReservationId": capacity.reservation_id}
-    }
-    if capacity.capacity_block:
-        request["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
 
 
 def launch_instances(ec2: EC2Client, request: RunInstancesRequestTypeDef) -> list[str]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from nodeforge.aws import encryption, publish, tags
+from nodeforge.aws.capacity import resolve_capacity
 from nodeforge.aws.clients import AwsClients
 from nodeforge.aws.errors import InstanceUnreachableError, NoCapacityError, aws_error
 from nodeforge.aws.fleet import validation_fleet
@@ -297,9 +298,10 @@ def _run_profile(
 ) -> ProfileRun:
     config = clients.config
     count = nodes_for(profile, config.multinode)
+    subnet_id = config.profile_subnets.get(profile.name, config.subnet_id)
     interfaces = network_interfaces(
         profile,
-        subnet_id=config.profile_subnets.get(profile.name, config.subnet_id),
+        subnet_id=subnet_id,
         security_group_ids=config.security_group_ids,
         source=profile_file,
     )
@@ -318,23 +320,34 @@ def _run_profile(
         timeout_s=config.terminate_timeout_s,
         progress=progress,
     ) as fleet:
-        # a capacity reservation or block fixes placement itself: a fresh cluster group
-        # would not match the reservation and EC2 would refuse the launch
-        group = None
-        if profile.name not in config.capacity:
-            group = fleet.placement_group(f"nodeforge-{run_id}-{profile.name}", run_tags)
-        request = run_instances_request(
-            ami_id=ami_id,
-            profile=profile,
-            count=count,
-            config=config,
-            interfaces=interfaces,
-            placement_group=group,
-            tags=run_tags,
-            client_token=f"{run_id}-{profile.name}",
-        )
-        progress(f"{profile.name}: launching {count} instance(s) from {ami_id}")
         try:
+            capacity = resolve_capacity(
+                clients.ec2,
+                config.capacity.get(profile.name),
+                instance_type=profile.name,
+                count=count,
+                subnet_id=subnet_id,
+            )
+            # a capacity reservation or block fixes placement itself (its own cluster group,
+            # if it has one): a fresh group would not match it and EC2 would refuse the launch
+            group: str | None
+            if capacity is None:
+                group = fleet.placement_group(f"nodeforge-{run_id}-{profile.name}", run_tags)
+            else:
+                group = capacity.placement_group
+                progress(f"{profile.name}: launching into {capacity.reservation_id}")
+            request = run_instances_request(
+                ami_id=ami_id,
+                profile=profile,
+                count=count,
+                config=config,
+                interfaces=interfaces,
+                placement_group=group,
+                capacity=capacity,
+                tags=run_tags,
+                client_token=f"{run_id}-{profile.name}",
+            )
+            progress(f"{profile.name}: launching {count} instance(s) from {ami_id}")
             ids = fleet.launch(request)
         except NoCapacityError as exc:
             return ProfileRun(profile.name, "no-capacity", message=str(exc))
