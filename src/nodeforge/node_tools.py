@@ -62,6 +62,13 @@ def lock_path(python: str, arch: Arch) -> str:
     return f"{LOCKS_DIR}/py{python}-{arch}.txt"
 
 
+def image_tools_lock(os_python: str, arch: Arch) -> tuple[str, str]:
+    """(the tools' Python, its lock relative to the catalog) for an image's OS and arch: the one
+    derivation that the render (role inputs) and the check (rule node-tools-lock) share."""
+    python = tools_python(os_python)
+    return python, lock_path(python, arch)
+
+
 @dataclass(frozen=True)
 class NodeToolsRequest:
     """The node tools' environment for one interpreter and architecture (lock.Resolvable)."""

@@ -22,8 +22,7 @@ from typing import Any
 from nodeforge.catalog.models import AptRepository, Artifact
 from nodeforge.lock import PYPI, index_urls_for, read_lock
 from nodeforge.mirror import resolve_url
-from nodeforge.node_tools import lock_path as tools_lock_path
-from nodeforge.node_tools import tools_python
+from nodeforge.node_tools import image_tools_lock
 from nodeforge.target import Target
 
 # The EFA installer's Open MPI (efa_mpi defaults to openmpi4, installed under this prefix).
@@ -305,9 +304,9 @@ def _enroot(c: Context) -> Inputs:
 def _gpu_health(c: Context) -> Inputs:
     stack, arch = c.target.stack, c.target.image.arch
     dcgm = stack.dcgm
-    python = tools_python(c.target.os.python)
+    python, relative = image_tools_lock(c.target.os.python, arch)
     catalog = Path(os.path.abspath(c.catalog_root))
-    lock = catalog / tools_lock_path(python, arch)
+    lock = catalog / relative
     # the lock's pins, read here once; a missing or broken lock: rule `node-tools-lock`
     pins = read_lock(lock).versions() if lock.is_file() else {}
     return {
@@ -330,7 +329,7 @@ def _gpu_health(c: Context) -> Inputs:
         "gpu_health_tools_python": (python, "the OS entry's python (3.11 at least)"),
         "gpu_health_tools_lock": (
             {"path": str(lock), "requirements": pins},
-            f"the catalog's {tools_lock_path(python, arch)}",
+            f"the catalog's {relative}",
         ),
         "gpu_health_tools_index_url": (c.url(PYPI), "the --vars file's mirror"),
     }

@@ -21,8 +21,7 @@ from nodeforge.lock import (
     read_lock,
     wheel_machine,
 )
-from nodeforge.node_tools import lock_path as tools_lock_path
-from nodeforge.node_tools import tools_python
+from nodeforge.node_tools import image_tools_lock
 from nodeforge.rolevars import Context, derived_var_problem, role_inputs
 from nodeforge.target import Target
 from nodeforge.versions import Version
@@ -452,8 +451,8 @@ def _enroot(t: Target) -> Iterator[Problem]:
 
 
 def _node_tools_lock(t: Target) -> Iterator[Problem]:
-    python = tools_python(t.os.python)
-    path = t.catalog_root / tools_lock_path(python, t.image.arch)
+    python, relative = image_tools_lock(t.os.python, t.image.arch)
+    path = t.catalog_root / relative
     make = f"`python -m nodeforge.node_tools lock --python {python} --arch {t.image.arch}`"
     if not path.is_file():
         yield Problem(
