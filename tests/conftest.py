@@ -22,13 +22,23 @@ SHIPPED = REPO / "images"
 Edit = Callable[[str, Callable[[dict[str, Any]], None]], Path]
 
 
+def _minutes_first(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("runs_long")
+    return -float(mark.args[0]) if mark is not None else 0.0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep each `xdist_group` on one worker under `--dist loadgroup`.
+    """Run `runs_long` tests first, and keep each `xdist_group` on one worker under
+    `--dist loadgroup`.
+
+    xdist hands out work in collection order: a 20-minute test collected last would run alone
+    at the end while the other workers idle (longest first is the classic fix).
 
     pytest-xdist 3.8 marks a group by suffixing `item._nodeid` with `@group`, which pytest 9 no
     longer reads (a node's id is the structured `_id`): the group would spread over workers and
     the local-image tests would race each other. Drop this once xdist handles pytest 9's ids.
     """
+    items.sort(key=_minutes_first)
     if not config.getoption("loadgroup", False):
         return
     for item in items:

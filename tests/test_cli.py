@@ -185,11 +185,11 @@ def no_aws(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NODEFORGE_PACKER_DOUBLE_SHELL_LOCAL", "skip")
 
 
-def _pipeline_config(tmp_path: Path, region: str = "us-east-1") -> Path:
+def _pipeline_config(tmp_path: Path, region: str = "us-east-1", extra: str = "") -> Path:
     path = tmp_path / "pipeline.yml"
     path.write_text(
         f"region: {region}\nsubnet_id: subnet-0123456789abcdef0\n"
-        "security_group_ids: [sg-0123456789abcdef0]\n",
+        f"security_group_ids: [sg-0123456789abcdef0]\n{extra}",
         encoding="utf-8",
     )
     return path
@@ -203,18 +203,50 @@ def test_build_aws_dry_run_prints_the_commands(
         capsys,
         *("build", "p5-ubuntu24.04", "--target", "aws", "--catalog", str(SHIPPED)),
         *("--dry-run", "--packer", "/nowhere/packer", "--work-dir", str(tmp_path)),
-        *("--region", "us-east-1", "us-west-2", "--promote"),
-        *("--config", str(_pipeline_config(tmp_path))),
+        *("--region", "us-east-1", "us-west-2"),
     )
     assert code == 0, err
     lines = out.splitlines()
     var_file = tmp_path / "p5-ubuntu24.04" / "us-west-2.pkrvars.json"
     assert lines[0].startswith("/nowhere/packer init -machine-readable ")
     assert f"/nowhere/packer build -machine-readable -var-file={var_file} " in out
-    assert len(lines) == 6  # init, validate x2, build x2, then promote
-    assert lines[-1].startswith("# then: validate the us-east-1 AMI on p5.48xlarge, p5e.48xl")
+    assert len(lines) == 5  # init, validate x2, build x2
     assert var_file.exists()
+    # no pipeline config: the builder's network is Packer's default
+    assert "subnet_id" not in json.loads(var_file.read_text(encoding="utf-8"))
     assert not list(tmp_path.glob("p5-ubuntu24.04/*.log"))
+
+
+@pytest.mark.usefixtures("no_aws")
+def test_build_aws_with_config_places_the_builder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    builder = (
+        "builder:\n  ssh_interface: private_ip\n  iam_instance_profile: nodeforge-builder\n"
+        "  associate_public_ip_address: false\n"
+        "  temporary_security_group_source_cidrs: [10.0.0.0/8]\n"
+    )
+    config = _pipeline_config(tmp_path, region="eu-west-1", extra=builder)
+    code, out, err = _run(
+        capsys,
+        *("build", "p5-ubuntu24.04", "--target", "aws", "--catalog", str(SHIPPED)),
+        *("--dry-run", "--packer", "/nowhere/packer", "--work-dir", str(tmp_path)),
+        *("--promote", "--config", str(config)),
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 4  # init, validate, build, then promote
+    assert lines[-1].startswith("# then: validate the eu-west-1 AMI on p5.48xlarge, p5e.48xl")
+    # the config's region, not the image's build.region, and the builder where the config says
+    values = json.loads((tmp_path / "p5-ubuntu24.04" / "eu-west-1.pkrvars.json").read_text())
+    assert values["region"] == "eu-west-1"
+    assert values["subnet_id"] == "subnet-0123456789abcdef0"  # the pipeline's, by default
+    assert values["ssh_interface"] == "private_ip"
+    assert values["iam_instance_profile"] == "nodeforge-builder"
+    assert values["associate_public_ip_address"] is False
+    assert values["temporary_security_group_source_cidrs"] == ["10.0.0.0/8"]
+    assert "security_group_ids" not in values  # Packer's temporary group
+    assert not (tmp_path / "p5-ubuntu24.04" / "us-east-1.pkrvars.json").exists()
 
 
 @pytest.mark.usefixtures("no_aws")
@@ -278,7 +310,6 @@ def test_build_aws_human_output(
         (["--target", "local", "--promote"], "field '--promote'"),
         (["--target", "aws", "--reconverge"], "--reconverge only works with --target local"),
         (["--target", "aws", "--promote"], "--promote needs the pipeline settings"),
-        (["--target", "aws", "--config", "p.yml"], "--config is read only with --promote"),
     ],
 )
 def test_build_option_that_does_not_fit_the_target_exit_2(
@@ -300,10 +331,12 @@ def test_build_promote_checks_the_config_before_building(
         capsys,
         *("build", "p5-ubuntu24.04", "--target", "aws", "--catalog", str(SHIPPED)),
         *("--promote", "--config", str(config), "--work-dir", str(tmp_path)),
+        *("--region", "eu-west-1", "us-east-1"),
     )
     assert code == 2
-    assert f"{config}: field 'region': promote validates in eu-west-1" in err
-    assert "Fix: add --region eu-west-1" in err
+    assert "field '--region': with --config the AMI is built in the config's region" in err
+    assert "asks for us-east-1 too" in err
+    assert "copy_regions" in err
     assert not (tmp_path / "p5-ubuntu24.04").exists()
 
 

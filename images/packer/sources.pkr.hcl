@@ -54,10 +54,23 @@ source "amazon-ebs" "node" {
   }
   ena_support = true
 
+  # Where the builder runs: the pipeline config's builder section, else Packer's defaults.
+  subnet_id                             = var.subnet_id
+  security_group_ids                    = var.security_group_ids
+  temporary_security_group_source_cidrs = var.temporary_security_group_source_cidrs
+  ssh_interface                         = var.ssh_interface
+  associate_public_ip_address           = var.associate_public_ip_address
+  iam_instance_profile                  = var.iam_instance_profile
+
   launch_block_device_mappings {
     device_name           = var.root_device
     volume_size           = var.volume_size_gib
     volume_type           = "gp3"
+    # CreateImage keeps the volume's IOPS and throughput in the AMI's mapping (it can change only
+    # DeleteOnTermination of an existing mapping): instances launched without their own root
+    # mapping get them too.
+    iops                  = var.volume_iops
+    throughput            = var.volume_throughput_mibps
     encrypted             = true
     kms_key_id            = var.kms_key_id
     delete_on_termination = true

@@ -1,5 +1,6 @@
 # Every value here comes from the var file nodeforge writes (`*.pkrvars.json`) from the resolved
-# vars of one image; nothing in it is chosen by hand.
+# vars of one image and, for where the builder runs, the pipeline config's `builder` section;
+# nothing in it is chosen by hand. A null default leaves the setting to Packer.
 
 variable "region" {
   type        = string
@@ -54,6 +55,54 @@ variable "kms_key_id" {
   type        = string
   default     = null
   description = "KMS key for the encrypted root volume; the account's default EBS key when null."
+}
+
+variable "volume_iops" {
+  type        = number
+  default     = null
+  description = "gp3 IOPS of the builder's root volume (the image's build.volume_iops); gp3's 3000 when null."
+}
+
+variable "volume_throughput_mibps" {
+  type        = number
+  default     = null
+  description = "gp3 throughput of the builder's root volume in MiB/s (build.volume_throughput_mibps); 125 when null."
+}
+
+variable "subnet_id" {
+  type        = string
+  default     = null
+  description = "Subnet of the builder (pipeline config builder.subnet_id, else subnet_id); the default VPC when null."
+}
+
+variable "security_group_ids" {
+  type        = list(string)
+  default     = null
+  description = "Security groups of the builder; a temporary group that admits SSH when null."
+}
+
+variable "temporary_security_group_source_cidrs" {
+  type        = list(string)
+  default     = null
+  description = "Where the temporary group admits SSH from (Packer's default: 0.0.0.0/0)."
+}
+
+variable "ssh_interface" {
+  type        = string
+  default     = null
+  description = "public_ip, private_ip, public_dns, private_dns or session_manager."
+}
+
+variable "associate_public_ip_address" {
+  type        = bool
+  default     = null
+  description = "Give the builder a public IP (the subnet's setting when null)."
+}
+
+variable "iam_instance_profile" {
+  type        = string
+  default     = null
+  description = "Instance profile of the builder (session_manager needs one that allows SSM)."
 }
 
 variable "vars_file" {

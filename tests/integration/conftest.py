@@ -3,7 +3,8 @@ the reason, unless NODEFORGE_REQUIRE_PODMAN=1 (CI, `make test`) turns that into 
 
 `make test` runs them on several pytest-xdist workers (`--dist loadgroup`): Molecule scenarios
 side by side, and every test that builds or boots the local image in the one group
-`local_image`, on one worker, since they share its tag and count build containers.
+`local_image`, on one worker, since they share its tag and count build containers. The longest
+(`runs_long`) start first.
 """
 
 from __future__ import annotations

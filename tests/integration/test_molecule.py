@@ -16,6 +16,15 @@ from tests.mirror import build_mirror, default_spec, molecule_env, serve
 from tests.mirror.pypi import pypi_env, serve_pypi, served_locks
 
 SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
+# Minutes in CI (three workers on two cores) of the scenarios that take longest: real DKMS
+# builds, several platforms.
+LONG_SCENARIOS = {
+    "nvidia_driver": 17,
+    "gdrcopy": 8,
+    "base": 7,
+    "nvidia_fabric": 6,
+    "cuda_toolkit": 6,
+}
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # What says why a scenario failed: Ansible's failed tasks and the verifier's failed checks, which
@@ -61,7 +70,15 @@ def test_mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         yield {**molecule_env(served.mirror), **pypi_env(pypi)}
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        pytest.param(s, marks=pytest.mark.runs_long(LONG_SCENARIOS[s]))
+        if s in LONG_SCENARIOS
+        else s
+        for s in SCENARIOS
+    ],
+)
 def test_scenario(
     scenario: str, base_images: dict[str, str], test_mirror: dict[str, str], tmp_path: Path
 ) -> None:

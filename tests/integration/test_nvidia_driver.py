@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from nodeforge.local.podman import SystemdContainer
 from tests.integration.conftest import local_image_group, run_playbook
 
-pytestmark = local_image_group
+# runs_long: the whole local_image group (about 9 minutes in CI) starts with this test
+pytestmark = [local_image_group, pytest.mark.runs_long(9)]
 PLAYBOOK = """
 - name: A driver that does not build for the image kernel
   hosts: all

@@ -18,14 +18,15 @@ from tests.conftest import SHIPPED
 from tests.integration.conftest import (
     build_containers,
     image_id,
-    local_image_group,
     nodeforge_cli,
     require_podman,
 )
 from tests.mirror import Served
 from tests.mirror.whole_stack import IMAGE, LOCK, served_whole_stack
 
-pytestmark = local_image_group
+# Its own group (it builds its own image, and build_containers(IMAGE) sees only its own
+# containers), so that it runs beside the local-image tests instead of after them.
+pytestmark = [pytest.mark.xdist_group("whole_stack"), pytest.mark.runs_long(22)]
 
 # The skips the build stage may report here (validation/'s own reasons), each decided by what a
 # container is not: an instance with the profile's hardware ("target stage only", "build stage:

@@ -8,6 +8,7 @@ import yaml
 from nodeforge.errors import InputError
 from nodeforge.packer.runner import MIN_VERSION
 from nodeforge.packer.template import TEMPLATE_DIR, expression, load_template
+from nodeforge.packer.varfile import PackerVars
 from tests.conftest import REPO
 
 
@@ -26,7 +27,7 @@ def test_shipped_templates_parse() -> None:
         False,
         "variables.pkr.hcl",
     )
-    assert region.line == 4
+    assert region.line == 5
     assert template.variables["tags"].type == "map(string)"
     assert template.variables["tags"].default == {}
     assert template.variables["kms_key_id"].has_default
@@ -51,6 +52,25 @@ def test_shipped_templates_parse() -> None:
     )
     assert expression(source.body["source_ami"]) == "var.source_ami"
     assert template.only_names() == ["nodeforge.amazon-ebs.node"]
+
+
+def test_every_builder_setting_of_the_var_file_reaches_the_source() -> None:
+    """The pipeline config's builder section and the image's gp3 settings travel through
+    variables of the same name; a variable declared but never used would be silently ignored."""
+    [source] = load_template().sources
+    for name in (
+        "subnet_id",
+        "security_group_ids",
+        "temporary_security_group_source_cidrs",
+        "ssh_interface",
+        "associate_public_ip_address",
+        "iam_instance_profile",
+    ):
+        assert expression(source.body[name]) == f"var.{name}"
+    [root] = source.body["launch_block_device_mappings"]
+    assert expression(root["iops"]) == "var.volume_iops"
+    assert expression(root["throughput"]) == "var.volume_throughput_mibps"
+    assert set(PackerVars.model_fields) == set(load_template().variables)
 
 
 def test_shipped_build_runs_kernel_phase_then_all_layers_then_checks() -> None:

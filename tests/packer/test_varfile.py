@@ -95,3 +95,20 @@ def test_os_without_the_arch(edit: Edit, catalog_dir: Path, tmp_path: Path) -> N
         _vars(load_catalog(catalog_dir), "gb200-ubuntu24.04-arm64", tmp_path)
     assert caught.value.field == "architectures.arm64"
     assert caught.value.file == catalog_dir / "os" / "ubuntu24.04.yml"
+
+
+def test_gp3_settings_of_the_image_reach_the_builder_volume(
+    edit: Edit, catalog_dir: Path, tmp_path: Path
+) -> None:
+    def fast(doc: dict[str, dict[str, object]]) -> None:
+        doc["build"].update(volume_iops=8000, volume_throughput_mibps=1000)
+
+    edit("p5-ubuntu24.04.yml", fast)
+    values = _vars(load_catalog(catalog_dir), "p5-ubuntu24.04", tmp_path, source_ami="ami-0c")
+    assert (values["volume_iops"], values["volume_throughput_mibps"]) == (8000, 1000)
+
+
+def test_without_gp3_settings_packer_keeps_gp3_s_baseline(shipped: Catalog, tmp_path: Path) -> None:
+    values = _vars(shipped, "p5-ubuntu24.04", tmp_path, source_ami="ami-0c")
+    assert "volume_iops" not in values and "volume_throughput_mibps" not in values
+    assert "subnet_id" not in values  # no pipeline config: Packer's default VPC

@@ -27,6 +27,17 @@ OrganizationalUnitArn = Annotated[
     ),
 ]
 
+Ipv4Cidr = Annotated[
+    str,
+    Field(
+        pattern=r"^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}/(3[0-2]|[12]?\d)$"
+    ),
+]
+SshInterface = Literal["public_ip", "private_ip", "public_dns", "private_dns"]
+"""Packer's amazon builders' `ssh_interface` values, but `session_manager`: the template's Ansible
+passes run with `use_proxy = false` and connect to the builder's address themselves, which an
+SSM tunnel does not give them (hashicorp/packer#10035)."""
+
 
 class CapacityTarget(Model):
     """An On-Demand Capacity Reservation, or a Capacity Block for ML (`capacity_block: true`),
@@ -43,6 +54,35 @@ class CapacityTarget(Model):
         return self
 
 
+class BuilderNetwork(Model):
+    """Where and how Packer's builder instance runs, in the config's region (subnets and
+    security groups are regional)."""
+
+    subnet_id: SubnetId | None = None
+    """Default: the config's subnet_id (Packer's own default, the default VPC, is absent from
+    many accounts)."""
+    security_group_ids: list[SecurityGroupId] = Field(default_factory=list, max_length=5)
+    """Default: a temporary group Packer creates that admits SSH from
+    temporary_security_group_source_cidrs."""
+    temporary_security_group_source_cidrs: list[Ipv4Cidr] = Field(default_factory=list)
+    """Default (Packer's): 0.0.0.0/0."""
+    ssh_interface: SshInterface | None = None
+    """How Packer and Ansible reach the builder (default: Packer's, the public IP if it has one,
+    else the private one)."""
+    associate_public_ip_address: bool | None = None
+    iam_instance_profile: str | None = Field(default=None, pattern=r"^[\w+=,.@-]{1,128}$")
+    """An instance profile name for the builder (private repositories, S3 artifacts)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BuilderNetwork:
+        if self.security_group_ids and self.temporary_security_group_source_cidrs:
+            raise ValueError(
+                "temporary_security_group_source_cidrs applies only to the temporary group Packer "
+                "creates when security_group_ids is empty: set one of the two"
+            )
+        return self
+
+
 class PipelineConfig(Model):
     region: Region
     subnet_id: SubnetId
@@ -50,6 +90,8 @@ class PipelineConfig(Model):
     profile_subnets: dict[str, SubnetId] = Field(default_factory=dict)
     """Per profile, another subnet (so zone) than subnet_id: where its capacity is."""
     security_group_ids: list[SecurityGroupId] = Field(min_length=1, max_length=5)
+    builder: BuilderNetwork = Field(default_factory=BuilderNetwork)
+    """Packer's builder (`nodeforge build --target aws --config FILE`)."""
     key_name: str | None = None
     ssh_user: str | None = None
     """Default: the OS entry's default_user."""
@@ -78,6 +120,12 @@ class PipelineConfig(Model):
     terminate_timeout_s: float = Field(default=900, gt=0)
     api_max_attempts: int = Field(default=10, ge=1, le=20)
     retry_mode: Literal["standard", "adaptive"] = "standard"
+
+    @property
+    def builder_network(self) -> BuilderNetwork:
+        """The builder section with its subnet defaulted to the pipeline's."""
+        subnet = self.builder.subnet_id or self.subnet_id
+        return self.builder.model_copy(update={"subnet_id": subnet})
 
     @property
     def shares(self) -> list[str]:

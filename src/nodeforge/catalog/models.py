@@ -583,10 +583,38 @@ class Stack(Model):
 # ---------------------------------------------------------------- images
 
 
+# gp3's provisioning limits (EC2 API reference, CreateVolume): IOPS 3,000 to 80,000 and at most
+# 500 per GiB; throughput 125 to 2,000 MiB/s and at most 0.25 MiB/s per provisioned IOPS.
+_GP3_BASELINE_IOPS = 3000
+_GP3_IOPS_PER_GIB = 500
+_GP3_MIBPS_PER_IOPS = 0.25
+
+
 class Build(Model):
     builder_instance_type: str
     volume_size_gib: int = Field(ge=8, le=16384)
+    volume_iops: int | None = Field(default=None, ge=3000, le=80000)
+    """gp3 IOPS of the builder's root volume (default: gp3's 3,000)."""
+    volume_throughput_mibps: int | None = Field(default=None, ge=125, le=2000)
+    """gp3 throughput of the builder's root volume (default: gp3's 125 MiB/s)."""
     region: str
+
+    @model_validator(mode="after")
+    def _gp3_limits(self) -> Build:
+        iops = self.volume_iops or _GP3_BASELINE_IOPS
+        if self.volume_iops and iops > _GP3_IOPS_PER_GIB * self.volume_size_gib:
+            raise ValueError(
+                f"volume_iops {iops} is more than gp3 allows for {self.volume_size_gib} GiB "
+                f"({_GP3_IOPS_PER_GIB} per GiB): lower it or raise volume_size_gib"
+            )
+        throughput = self.volume_throughput_mibps
+        if throughput and throughput > iops * _GP3_MIBPS_PER_IOPS:
+            raise ValueError(
+                f"volume_throughput_mibps {throughput} needs at least "
+                f"{int(throughput / _GP3_MIBPS_PER_IOPS)} volume_iops on gp3 "
+                f"(0.25 MiB/s per IOPS; it has {iops})"
+            )
+        return self
 
 
 class Image(Model):

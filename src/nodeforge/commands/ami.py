@@ -64,10 +64,6 @@ def check_options(args: argparse.Namespace) -> None:
             field="--config",
             fix="pass --config FILE (see docs/aws-pipeline.md)",
         )
-    if args.config is not None and not args.promote:
-        raise InputError(
-            "--config is read only with --promote", field="--config", fix="add --promote"
-        )
 
 
 def build(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
@@ -80,11 +76,19 @@ def build(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     work_dir = args.work_dir or Path("build")
     progress = stderr_progress()
     # everything --promote reads is checked before Packer starts a build of most of an hour
+    config = load_config(args.config, targets[0].image) if args.config is not None else None
+    regions = _build_regions(args, config)
     promotion = (
         _promotion(
-            catalog, args, targets, overrides=overrides, work_dir=work_dir, progress=progress
+            catalog,
+            args,
+            targets,
+            config,
+            overrides=overrides,
+            work_dir=work_dir,
+            progress=progress,
         )
-        if args.promote
+        if args.promote and config is not None
         else None
     )
     [result] = build_amis(
@@ -94,13 +98,14 @@ def build(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         work_dir=work_dir,
         # a dry run's progress would repeat the commands printed below
         progress=(lambda _line: None) if args.dry_run else progress,
-        regions=args.region,
+        regions=regions,
         only=args.only or (),
         dry_run=args.dry_run,
         overrides=overrides,
         overrides_path=args.vars,
         packer=args.packer or "packer",
         kms_key_id=args.kms_key_id,
+        network=config.builder_network if config is not None else None,
     )
     if args.dry_run:
         return _dry_run(result, promotion, args, out)
@@ -160,25 +165,35 @@ class _Promotion:
         return result, None
 
 
+def _build_regions(args: argparse.Namespace, config: PipelineConfig | None) -> list[str] | None:
+    """With a pipeline config, the build is in its region only: the builder's subnet and
+    groups are that region's, and promote validates there (other regions get copies of the
+    validated AMI through copy_regions, never an unvalidated build of their own)."""
+    asked: list[str] | None = args.region
+    if config is None:
+        return asked
+    others = [region for region in asked or () if region != config.region]
+    if others:
+        raise InputError(
+            f"with --config the AMI is built in the config's region {config.region} only, "
+            f"and --region asks for {', '.join(others)} too",
+            field="--region",
+            fix=f"drop --region (or name {config.region} only) and list the other regions in "
+            f"copy_regions of {args.config}: they get copies of the validated AMI",
+        )
+    return [config.region]
+
+
 def _promotion(
     catalog: Catalog,
     args: argparse.Namespace,
     targets: list[Target],
+    config: PipelineConfig,
     *,
     overrides: UserOverrides | None,
     work_dir: Path,
     progress: Callable[[str], None],
 ) -> _Promotion:
-    config = load_config(args.config, targets[0].image)
-    regions = args.region or [targets[0].image.build.region]
-    if config.region not in regions:
-        raise InputError(
-            f"promote validates in {config.region}, and this build makes AMIs in "
-            f"{', '.join(regions)} only",
-            file=args.config,
-            field="region",
-            fix=f"add --region {config.region}, or set region to a region of the build",
-        )
     report_root = work_dir / args.image / "promote"
     stand_in = stand_in_from(os.environ)
     validate = (

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from nodeforge.aws.config import BuilderNetwork
 from nodeforge.catalog.loader import Catalog
 from nodeforge.errors import InputError
 from nodeforge.outfile import output_folder, write_output
@@ -116,6 +117,7 @@ def _prepare(
     overrides: UserOverrides | None,
     overrides_path: Path | None,
     kms_key_id: str | None,
+    network: BuilderNetwork | None,
     resolve_ami: Resolver,
     now: datetime,
 ) -> list[_Job]:
@@ -146,6 +148,7 @@ def _prepare(
             now=now,
             source_ami=source_ami,
             kms_key_id=kms_key_id,
+            network=network,
         )
         var_file = write_var_file(image_dir / f"{region}.pkrvars.json", values)
         require_clean(check_template(template, VarFile(var_file, values.to_json())))
@@ -221,12 +224,14 @@ def build_amis(
     packer: str = "packer",
     template_dir: Path = TEMPLATE_DIR,
     kms_key_id: str | None = None,
+    network: BuilderNetwork | None = None,
     max_workers: int = 4,
     resolve_ami: Resolver = resolve_ssm_parameter,
     grace_s: float = 120.0,
     now: datetime | None = None,
 ) -> list[AmiBuildResult]:
-    """Build one AMI per target and region (default: each image's build.region).
+    """Build one AMI per target and region (default: each image's build.region), the builder
+    placed by `network` (subnets and groups are regional: the caller passes it for one region).
 
     Raises InputError for bad input or an unusable Packer, PackerFailedError when a step
     fails (after every parallel build has finished), KeyboardInterrupt after stopping Packer.
@@ -253,6 +258,7 @@ def build_amis(
             overrides=overrides,
             overrides_path=overrides_path,
             kms_key_id=kms_key_id,
+            network=network,
             resolve_ami=resolve_ami,
             now=now,
         )

@@ -1,7 +1,8 @@
 """The Packer var file (`*.pkrvars.json`) for one image in one region, from its resolved target.
 
-Every value is read from the catalog (image build settings, the OS entry, the stack), never
-chosen here, so the AMI's tags and the vars Ansible gets describe the same build.
+Every value is read from the catalog (image build settings, the OS entry, the stack) or, for
+where the builder runs, from the pipeline config; never chosen here, so the AMI's tags and the
+vars Ansible gets describe the same build.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from nodeforge.aws.config import BuilderNetwork
 from nodeforge.catalog.arch import Arch
 from nodeforge.catalog.models import LAYERS, AmiLookup, Model
 from nodeforge.errors import InputError
@@ -35,6 +37,14 @@ class PackerVars(Model):
     root_device: str
     ssh_username: str
     kms_key_id: str | None = None
+    volume_iops: int | None = None
+    volume_throughput_mibps: int | None = None
+    subnet_id: str | None = None
+    security_group_ids: list[str] | None = None
+    temporary_security_group_source_cidrs: list[str] | None = None
+    ssh_interface: str | None = None
+    associate_public_ip_address: bool | None = None
+    iam_instance_profile: str | None = None
     vars_file: str
     builder_check_command: str
     ami_name: str
@@ -95,10 +105,13 @@ def packer_vars(
     now: datetime,
     source_ami: str | None = None,
     kms_key_id: str | None = None,
+    network: BuilderNetwork | None = None,
 ) -> PackerVars:
-    """The var file's content; `source_ami` is the id resolved from the OS's SSM parameter."""
+    """The var file's content; `source_ami` is the id resolved from the OS's SSM parameter,
+    `network` the pipeline config's builder settings (none: Packer's defaults)."""
     lookup = source_lookup(target, catalog_file)
     build = target.image.build
+    network = network or BuilderNetwork()
     return PackerVars(
         region=region,
         instance_type=build.builder_instance_type,
@@ -110,6 +123,15 @@ def packer_vars(
         root_device=target.os.root_device,
         ssh_username=target.os.default_user,
         kms_key_id=kms_key_id,
+        volume_iops=build.volume_iops,
+        volume_throughput_mibps=build.volume_throughput_mibps,
+        subnet_id=network.subnet_id,
+        # empty lists are left to the template's default (null) like every unset value
+        security_group_ids=network.security_group_ids or None,
+        temporary_security_group_source_cidrs=network.temporary_security_group_source_cidrs or None,
+        ssh_interface=network.ssh_interface,
+        associate_public_ip_address=network.associate_public_ip_address,
+        iam_instance_profile=network.iam_instance_profile,
         vars_file=str(vars_path.resolve()),
         builder_check_command=shlex.join(builder_check),
         ami_name=ami_name(target, now),
