@@ -1,7 +1,8 @@
 """A fake AWS account (moto) with what nodeforge's AWS steps need: a VPC, a subnet, a security
 group, and an AMI of the image as Packer leaves it (tagged nodeforge:image, status built).
 
-moto does not implement placement groups, capacity reservations or image deprecation, ignores
+moto does not implement placement groups, capacity reservations, image deprecation or
+deregistration protection, ignores
 CopyImage's TagSpecifications and instances' placement groups, models no snapshot encryption and
 calls every KMS key customer managed: `FakeEc2` answers or completes those calls through botocore
 `before-call`/`after-call` hooks on the session, and records every call the code makes (operation
@@ -55,6 +56,8 @@ class FakeEc2:
     """Snapshot id -> its KMS key: moto models no encryption of AMIs' snapshots."""
     aws_managed_keys: set[str] = field(default_factory=lambda: {"alias/aws/ebs"})
     """Keys DescribeKey reports as AWS managed: moto calls every key, aws/ebs too, CUSTOMER."""
+    protection: dict[str, str] = field(default_factory=dict)
+    """AMI id -> DescribeImages' DeregistrationProtection, where not "disabled"."""
 
     def operations(self, name: str) -> list[dict[str, Any]]:
         return [params for _, op, params in self.calls if op == name]
@@ -101,6 +104,19 @@ class FakeEc2:
                     ]
                 }
             )
+        if model.name == "EnableImageDeregistrationProtection":
+            cooldown = body.get("WithCooldown") == "true"
+            self.protection[body["ImageId"]] = "enabled-with-cooldown" if cooldown else "enabled"
+            return ok({"Return": "true"})
+        if model.name == "DisableImageDeregistrationProtection":
+            if self.protection.pop(body["ImageId"], None) == "enabled-with-cooldown":
+                self.protection[body["ImageId"]] = "disabled-until 2026-12-03T12:00:00.000Z"
+            return ok({"Return": "true"})
+        if model.name == "DeregisterImage":
+            if body["ImageId"] in self.protection:
+                # the code is this stand-in's: EC2 documents none for this refusal
+                return failure("OperationNotPermitted", "the AMI has deregistration protection")
+            return None  # moto deregisters it
         if model.name == "DeletePlacementGroup":
             self.placement_groups.discard(body["GroupName"])
             self.deleted_groups.append(body["GroupName"])
@@ -137,6 +153,10 @@ class FakeEc2:
             for instance in reservation.get("Instances", []):
                 if group := self.placed.get(instance.get("InstanceId", "")):
                     instance.setdefault("Placement", {})["GroupName"] = group
+
+    def protected(self, parsed: dict[str, Any], **_: Any) -> None:
+        for image in parsed.get("Images", []):
+            image["DeregistrationProtection"] = self.protection.get(image["ImageId"], "disabled")
 
     def encryption(self, parsed: dict[str, Any], **_: Any) -> None:
         """DescribeSnapshots as EC2 answers for encrypted snapshots: Encrypted and KmsKeyId."""
@@ -279,10 +299,14 @@ def fake_session(fake: FakeEc2) -> boto3.Session:
         "DescribePlacementGroups",
         "DescribeCapacityReservations",
         "EnableImageDeprecation",
+        "EnableImageDeregistrationProtection",
+        "DisableImageDeregistrationProtection",
+        "DeregisterImage",
     ):
         session.events.register(f"before-call.ec2.{operation}", fake.answer)
     session.events.register("after-call.ec2.CopyImage", fake.tag_copy)
     session.events.register("after-call.ec2.DescribeSnapshots", fake.encryption)
+    session.events.register("after-call.ec2.DescribeImages", fake.protected)
     session.events.register("after-call.ec2.RunInstances", fake.place)
     session.events.register("after-call.ec2.DescribeInstances", fake.placement)
     session.events.register("before-call.kms.DescribeKey", fake.describe_key)

@@ -468,6 +468,49 @@ def test_without_a_life_a_published_ami_is_not_deprecated(world: World, shipped:
     assert world.fake.deprecated == {}
 
 
+def test_a_published_ami_and_its_copies_are_protected_from_deregistration(
+    world: World, shipped: Catalog
+) -> None:
+    result = _promote(
+        world,
+        shipped,
+        FakeValidator(True, world),
+        copy_regions=["us-west-2"],
+        deregistration_protection="enabled-with-cooldown",
+    )
+    assert result.status == "published"
+    copy = result.copies["us-west-2"]
+    assert world.fake.protection == {
+        world.ami_id: "enabled-with-cooldown",
+        copy: "enabled-with-cooldown",
+    }
+    # protected before the SSM parameters that point consumers at it
+    order = [op for _, op, _ in world.fake.calls]
+    assert order.index("EnableImageDeregistrationProtection") < order.index("PutParameter")
+    # a re-run (as after a failed later step) validates nothing again and asks again
+    again = _promote(
+        world,
+        shipped,
+        FakeValidator(True, world),
+        launches=False,
+        copy_regions=["us-west-2"],
+        deregistration_protection="enabled",
+    )
+    assert again.status == "published"
+    assert len(world.fake.operations("EnableImageDeregistrationProtection")) == 4
+
+
+def test_without_protection_nothing_is_protected(world: World, shipped: Catalog) -> None:
+    _promote(world, shipped, FakeValidator(True, world))
+    assert world.fake.protection == {}
+    assert world.fake.operations("EnableImageDeregistrationProtection") == []
+
+
+def test_a_failed_ami_is_not_protected(world: World, shipped: Catalog) -> None:
+    _promote(world, shipped, FakeValidator(False, world), deregistration_protection="enabled")
+    assert world.fake.protection == {}
+
+
 ORG = "arn:aws:organizations::123456789012:organization/o-a1b2c3d4e5"
 OU = "arn:aws:organizations::123456789012:ou/o-a1b2c3d4e5/ou-ab12-cd34ef56"
 

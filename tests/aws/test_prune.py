@@ -127,3 +127,54 @@ def test_other_images_are_not_touched(world: World) -> None:
     assert other not in _decisions(result)
     assert _exists(world, other)
     assert world.image_tags()[tags.IMAGE] == IMAGE
+
+
+def test_a_protected_ami_is_unprotected_then_deleted(world: World) -> None:
+    world.ec2.deregister_image(ImageId=world.ami_id)
+    (old, snapshot), (_newest, _) = _amis(world, "validated", "validated")
+    world.fake.protection[old] = "enabled"
+    world.fake.calls.clear()
+    result = prune(world.clients(), image=IMAGE, keep=1, dry_run=False)
+    [decision] = [d for d in result.decisions if d.ami == old]
+    assert (decision.action, decision.unprotect_first) == ("delete", True)
+    assert not _exists(world, old)
+    assert not _snapshot_exists(world, snapshot)
+    calls = [op for _, op, _ in world.fake.calls]
+    assert calls.index("DisableImageDeregistrationProtection") < calls.index("DeregisterImage")
+
+
+def test_protection_with_cooldown_is_disabled_and_the_ami_deleted_by_a_later_prune(
+    world: World,
+) -> None:
+    world.ec2.deregister_image(ImageId=world.ami_id)
+    (old, snapshot), (_newest, _) = _amis(world, "validated", "validated")
+    world.fake.protection[old] = "enabled-with-cooldown"
+    world.fake.calls.clear()
+
+    first = _decisions(prune(world.clients(), image=IMAGE, keep=1, dry_run=False))
+    assert first[old][0] == "unprotect"
+    assert "24 h cooldown" in first[old][1][-1]
+    assert _exists(world, old) and _snapshot_exists(world, snapshot)
+    assert world.fake.operations("DeregisterImage") == []
+
+    # within the cooldown: kept, and said why
+    second = _decisions(prune(world.clients(), image=IMAGE, keep=1, dry_run=False))
+    assert second[old][0] == "keep"
+    assert "cooling down (disabled-until " in second[old][1][0]
+    assert _exists(world, old)
+
+    # after it, EC2 reports the AMI unprotected: the next prune deletes it
+    del world.fake.protection[old]
+    third = _decisions(prune(world.clients(), image=IMAGE, keep=1, dry_run=False))
+    assert third[old][0] == "delete"
+    assert not _exists(world, old)
+
+
+def test_dry_run_does_not_touch_protection(world: World) -> None:
+    world.ec2.deregister_image(ImageId=world.ami_id)
+    (old, _), (_newest, _) = _amis(world, "validated", "validated")
+    world.fake.protection[old] = "enabled-with-cooldown"
+    result = prune(world.clients(), image=IMAGE, keep=1, dry_run=True)
+    assert _decisions(result)[old][0] == "unprotect"
+    assert world.fake.protection[old] == "enabled-with-cooldown"
+    assert world.fake.operations("DisableImageDeregistrationProtection") == []

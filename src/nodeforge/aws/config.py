@@ -38,6 +38,9 @@ SshInterface = Literal["public_ip", "private_ip", "public_dns", "private_dns"]
 passes run with `use_proxy = false` and connect to the builder's address themselves, which an
 SSM tunnel does not give them (hashicorp/packer#10035)."""
 
+DeregistrationProtection = Literal["disabled", "enabled", "enabled-with-cooldown"]
+"""EC2's own names for an AMI's deregistration protection (DescribeImages)."""
+
 
 class CapacityTarget(Model):
     """An On-Demand Capacity Reservation, or a Capacity Block for ML (`capacity_block: true`),
@@ -108,6 +111,9 @@ class PipelineConfig(Model):
     deprecate_after_days: int | None = Field(default=None, ge=1, le=10 * 365)
     """A published AMI and its copies are deprecated this long after publishing (EC2 then
     leaves them out of default listings, while they still launch); none by default."""
+    deregistration_protection: DeregistrationProtection = "disabled"
+    """Protection on the published AMI and its copies: `enabled`, or `enabled-with-cooldown`
+    (once disabled, the AMI stays protected for another 24 hours); prune disables it first."""
     ttl_minutes: int = Field(default=240, ge=10, le=7 * 24 * 60)
     """How long a reaper should let a validation instance live if nodeforge could not end it."""
     multinode: bool = False

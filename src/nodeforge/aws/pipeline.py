@@ -379,10 +379,11 @@ def _publish(
     progress: Callable[[str], None],
     clock: Clock,
 ) -> None:
-    # In every region: shared first, then tagged validated, then the SSM parameters, which
-    # consumers follow: a step that fails leaves no "validated" AMI that was never shared, and
-    # no parameter pointing at one. Each step is safe to repeat, so a re-run finishes the
-    # publish. The copies are published before the source, whose parameters come last.
+    # In every region: shared first, then tagged validated (deprecation and deregistration
+    # protection with it), then the SSM parameters, which consumers follow: a step that fails
+    # leaves no "validated" AMI that was never shared, and no parameter pointing at one that is
+    # not protected yet. Each step is safe to repeat, so a re-run finishes the publish. The
+    # copies are published before the source, whose parameters come last.
     config = clients.config
     ami_id = source["ImageId"]
     end_of_life = (
@@ -403,6 +404,9 @@ def _publish(
             publish.mark_validated(clients.ec2_in(region), copy["ImageId"], result.run_id)
             if end_of_life is not None:
                 publish.schedule_deprecation(clients.ec2_in(region), copy["ImageId"], end_of_life)
+            publish.protect(
+                clients.ec2_in(region), copy["ImageId"], config.deregistration_protection
+            )
             result.copy_parameters[region] = publish.put_parameters(
                 clients.ssm_in(region), result.image, profiles, copy["ImageId"]
             )
@@ -412,6 +416,7 @@ def _publish(
     if end_of_life is not None:
         progress(f"{ami_id} is deprecated from {tags.iso(end_of_life)}")
         publish.schedule_deprecation(clients.ec2, ami_id, end_of_life)
+    publish.protect(clients.ec2, ami_id, config.deregistration_protection)
     result.parameters = publish.put_parameters(clients.ssm, result.image, profiles, ami_id)
     progress(f"published {', '.join(result.parameters)}")
 

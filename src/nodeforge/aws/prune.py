@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from mypy_boto3_ssm import SSMClient
 
 _IN_USE_STATES = ["pending", "running", "stopping", "stopped"]
+# DescribeImages' DeregistrationProtection: "disabled", "enabled", "enabled-with-cooldown", and
+# "disabled-until <time>" for the 24 hours after protection with cooldown was disabled.
+_UNPROTECTED = "disabled"
+_WITH_COOLDOWN = "enabled-with-cooldown"
+_COOLING_DOWN = "disabled-until"
 _SSM_REFERENCE = "resolve:ssm:"
 
 
@@ -33,10 +38,14 @@ class Decision:
     name: str
     created: str
     status: str
-    action: Literal["keep", "delete"]
+    action: Literal["keep", "delete", "unprotect"]
+    """unprotect: its deregistration protection has a cooldown; disabled now, the AMI can be
+    deleted by a prune 24 hours later."""
     reasons: list[str]
     snapshots: list[str] = field(default_factory=list)
     """Deleted with the AMI (none for a kept one)."""
+    unprotect_first: bool = False
+    """A protected AMI to delete: protection (without cooldown) is disabled first."""
 
 
 @dataclass
@@ -61,6 +70,7 @@ class PruneResult:
                     "action": d.action,
                     "reasons": d.reasons,
                     "snapshots": d.snapshots,
+                    "unprotect_first": d.unprotect_first,
                 }
                 for d in self.decisions
             ],
@@ -110,27 +120,44 @@ def plan(ec2: EC2Client, ssm: SSMClient, *, region: str, image: str, keep: int) 
             why.append(
                 f"status {_status(ami) or '(untagged)'}: not judged yet, a promote may be running"
             )
+        protection = ami.get("DeregistrationProtection") or _UNPROTECTED
+        if not why and protection.startswith(_COOLING_DOWN):
+            why.append(f"deregistration protection cooling down ({protection})")
         judged.append((ami, why))
-    # two AMIs can share a snapshot (a copy within the region): a kept one keeps it
-    kept_snapshots = {s for ami, why in judged if why for s in snapshot_ids(ami)}
-    return [
-        Decision(
-            region=region,
-            ami=ami["ImageId"],
-            name=ami.get("Name", ""),
-            created=ami.get("CreationDate", ""),
-            status=_status(ami),
-            action="keep" if why else "delete",
-            reasons=why
-            or [
-                f"validated, older than the newest {keep}"
-                if _status(ami) == tags.VALIDATED
-                else "failed validation"
-            ],
-            snapshots=[] if why else [s for s in snapshot_ids(ami) if s not in kept_snapshots],
+    # two AMIs can share a snapshot (a copy within the region): one that stays keeps it
+    staying = {s for ami, why in judged if why or _cools_down(ami) for s in snapshot_ids(ami)}
+    decisions = []
+    for ami, why in judged:
+        reasons = why or [
+            f"validated, older than the newest {keep}"
+            if _status(ami) == tags.VALIDATED
+            else "failed validation"
+        ]
+        action: Literal["keep", "delete", "unprotect"] = "keep" if why else "delete"
+        if action == "delete" and _cools_down(ami):
+            action = "unprotect"
+            reasons.append("protected with a 24 h cooldown: disabled now, deleted by a later prune")
+        decisions.append(
+            Decision(
+                region=region,
+                ami=ami["ImageId"],
+                name=ami.get("Name", ""),
+                created=ami.get("CreationDate", ""),
+                status=_status(ami),
+                action=action,
+                reasons=reasons,
+                snapshots=[s for s in snapshot_ids(ami) if s not in staying]
+                if action == "delete"
+                else [],
+                unprotect_first=action == "delete"
+                and ami.get("DeregistrationProtection", _UNPROTECTED) != _UNPROTECTED,
+            )
         )
-        for ami, why in judged
-    ]
+    return decisions
+
+
+def _cools_down(ami: ImageTypeDef) -> bool:
+    return ami.get("DeregistrationProtection") == _WITH_COOLDOWN
 
 
 def _status(ami: ImageTypeDef) -> str:
@@ -213,7 +240,12 @@ def _instance_references(
 
 def _apply(ec2: EC2Client, decisions: list[Decision], progress: Callable[[str], None]) -> None:
     for decision in decisions:
-        if decision.action != "delete":
+        if decision.action == "keep":
+            continue
+        if decision.action == "unprotect" or decision.unprotect_first:
+            progress(f"{decision.region}: disabling deregistration protection of {decision.ami}")
+            ec2.disable_image_deregistration_protection(ImageId=decision.ami)
+        if decision.action == "unprotect":
             continue
         progress(f"{decision.region}: deregistering {decision.ami} ({decision.reasons[0]})")
         ec2.deregister_image(ImageId=decision.ami)

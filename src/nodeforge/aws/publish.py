@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from nodeforge.aws import encryption, tags
 from nodeforge.aws.clients import AwsClients
-from nodeforge.aws.config import PipelineConfig
+from nodeforge.aws.config import DeregistrationProtection, PipelineConfig
 from nodeforge.aws.errors import AwsError
 from nodeforge.aws.launch import Clock
 
@@ -42,6 +42,14 @@ def schedule_deprecation(ec2: EC2Client, ami_id: str, at: datetime) -> None:
     """EC2 deprecates the AMI at `at` (rounded down to the minute), as a published AMI's end of
     life; repeating it with the same time changes nothing."""
     ec2.enable_image_deprecation(ImageId=ami_id, DeprecateAt=at.replace(second=0, microsecond=0))
+
+
+def protect(ec2: EC2Client, ami_id: str, protection: DeregistrationProtection) -> None:
+    """Deregistration protection as the config asks (repeating it changes nothing)."""
+    if protection != "disabled":
+        ec2.enable_image_deregistration_protection(
+            ImageId=ami_id, WithCooldown=protection == "enabled-with-cooldown"
+        )
 
 
 def passed_profiles(image: ImageTypeDef) -> list[str]:

@@ -144,9 +144,12 @@ def prune(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         for d in result.decisions
     ]
     deleted = sum(d.action == "delete" for d in result.decisions)
+    unprotected = sum(d.action == "unprotect" for d in result.decisions)
     verb = "would delete" if args.dry_run else "deleted"
+    cooling = f", {'would unprotect' if args.dry_run else 'unprotected'} {unprotected}"
     out.write(
         text_table(["region", "ami", "created", "status", "action", "why"], rows)
-        + f"\n\n{args.image}: {verb} {deleted}, kept {len(rows) - deleted}\n"
+        + f"\n\n{args.image}: {verb} {deleted}{cooling if unprotected else ''}, "
+        f"kept {len(rows) - deleted - unprotected}\n"
     )
     return EXIT_OK
