@@ -171,12 +171,6 @@ def test_empty_file(catalog_dir: Path) -> None:
     assert "empty file" in _load_error(catalog_dir).message
 
 
-def test_network_card_layout_must_match_efa_count(edit: Edit, catalog_dir: Path) -> None:
-    edit("profiles/p5.48xlarge.yml", lambda data: data["network"].update(efa_interfaces=31))
-    error = _load_error(catalog_dir)
-    assert "carry 32 EFA interfaces" in error.message
-
-
 def test_baseline_unknown_must_have_no_value(edit: Edit, catalog_dir: Path) -> None:
     def plant(data: dict[str, Any]) -> None:
         data["baselines"]["bf16_matmul_tflops_per_gpu"]["value"] = 900.0

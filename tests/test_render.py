@@ -39,8 +39,7 @@ def test_facts_and_derived_values(shipped: Catalog) -> None:
     assert doc["aws_ofi_nccl_version"] == "1.22.0"
     assert doc["layers"]["nvidia_fabric"] is True
     assert doc["os"]["arch"]["nvidia_repo"] == "ubuntu2404/x86_64"
-    cards = doc["profile"]["network"]["network_cards"]
-    assert cards[0] == {"first": 0, "last": 0, "interface": "ena", "device_index": 0}
+    assert doc["profile"]["network"]["efa_interfaces"] == 16
     cuda = doc["stack"]["repositories"]["cuda"]
     assert (
         cuda["url"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"

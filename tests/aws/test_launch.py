@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from mypy_boto3_ec2.type_defs import RunInstancesRequestTypeDef
 from pydantic import ValidationError
@@ -27,66 +29,134 @@ from nodeforge.aws.launch import (
     run_instances_request,
     wait_ready,
 )
+from nodeforge.aws.netlayout import profile_layouts, recommended_layout
 from nodeforge.aws.pipeline import promote
 from nodeforge.catalog.loader import Catalog
 from nodeforge.catalog.models import Profile
 from nodeforge.errors import InputError
 from tests.aws.conftest import FakeClock, World, failure, raw_failure
+from tests.conftest import SHIPPED
 
 SUBNET, GROUPS = "subnet-0123456789abcdef0", ["sg-0123456789abcdef0"]
 
 
-def _layout(profile: Profile) -> list[tuple[int, int, str]]:
-    interfaces = network_interfaces(profile, subnet_id=SUBNET, security_group_ids=GROUPS)
-    assert all(i["SubnetId"] == SUBNET and i["Groups"] == GROUPS for i in interfaces)
-    return [
-        (i["NetworkCardIndex"], i["DeviceIndex"], i.get("InterfaceType", "ena")) for i in interfaces
-    ]
+def _layout(world: World, *instance_types: str) -> dict[str, list[tuple[int, int, str]]]:
+    """What promote requests per type, from moto's DescribeInstanceTypes (AWS's own data)."""
+    profiles = [Profile.model_validate(_profile_doc(t)) for t in instance_types]
+    layouts = profile_layouts(
+        world.ec2, profiles, region="us-east-1", config_path=None, profile_files={}
+    )
+    found = {}
+    for name, slots in layouts.items():
+        interfaces = network_interfaces(slots, subnet_id=SUBNET, security_group_ids=GROUPS)
+        assert all(i["SubnetId"] == SUBNET and i["Groups"] == GROUPS for i in interfaces)
+        found[name] = [
+            (i["NetworkCardIndex"], i["DeviceIndex"], i.get("InterfaceType", "ena"))
+            for i in interfaces
+        ]
+    return found
+
+
+def _profile_doc(instance_type: str, efa: int | None = None) -> dict[str, Any]:
+    doc = yaml.safe_load((SHIPPED / "profiles" / f"{instance_type}.yml").read_text())
+    if efa is not None:
+        doc["network"]["efa_interfaces"] = efa
+    return dict(doc)
 
 
 @pytest.mark.parametrize(
     ("name", "cards"),
+    [("p5.48xlarge", 32), ("p5en.48xlarge", 16), ("p6-b200.48xlarge", 8), ("g6e.48xlarge", 4)],
+)
+def test_ena_primary_then_efa_only_on_every_card(world: World, name: str, cards: int) -> None:
+    """EC2 User Guide, efa-acc-inst-types: ENA at card 0 device 0, EFA-only at card 0 device 1
+    (card 0 supports EFA), EFA-only at device 0 of every other card."""
+    layout = _layout(world, name)[name]
+    assert layout == [(0, 0, "ena"), (0, 1, "efa-only")] + [
+        (card, 0, "efa-only") for card in range(1, cards)
+    ]
+
+
+def test_p6_b300_card_0_is_ena_only(world: World) -> None:
+    # EC2 reports card 0 with interface type "interface" only, and 16 EFA for 17 cards
+    layout = _layout(world, "p6-b300.48xlarge")["p6-b300.48xlarge"]
+    assert layout == [(0, 0, "ena")] + [(card, 0, "efa-only") for card in range(1, 17)]
+
+
+def test_the_catalog_s_efa_count_is_held_to_ec2_s(world: World) -> None:
+    wrong = Profile.model_validate(_profile_doc("p5en.48xlarge", efa=32))
+    source = SHIPPED / "profiles" / "p5en.48xlarge.yml"
+    with pytest.raises(InputError) as caught:
+        profile_layouts(
+            world.ec2,
+            [wrong],
+            region="us-east-1",
+            config_path=None,
+            profile_files={wrong.name: source},
+        )
+    text = str(caught.value)
+    assert "p5en.48xlarge.yml" in text
+    assert "field 'network.efa_interfaces'" in text
+    assert "EC2 gives p5en.48xlarge 16 EFA interfaces" in text
+
+
+def test_an_instance_type_ec2_does_not_know_names_the_region(world: World) -> None:
+    unknown = Profile.model_validate(_profile_doc("p6e-gb200.36xlarge"))
+    with pytest.raises(InputError) as caught:
+        profile_layouts(
+            world.ec2,
+            [unknown],
+            region="us-east-1",
+            config_path=Path("pipeline.yml"),
+            profile_files={},
+        )
+    assert "pipeline.yml: field 'region'" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("network", "expected"),
     [
-        ("p5.48xlarge", 32),
-        ("p5en.48xlarge", 16),
-        ("p6-b200.48xlarge", 8),
+        # no EFA: one ENA interface
+        ({"EfaSupported": False, "NetworkCards": [{"NetworkCardIndex": 0}]}, [(0, 0, "interface")]),
+        # an older answer without interface types: the default card keeps ENA when the type
+        # has fewer EFA interfaces than cards
+        (
+            {
+                "EfaSupported": True,
+                "EfaInfo": {"MaximumEfaInterfaces": 2},
+                "NetworkCards": [{"NetworkCardIndex": i} for i in range(3)],
+            },
+            [(0, 0, "interface"), (1, 0, "efa-only"), (2, 0, "efa-only")],
+        ),
+        # a card that offers EFA but not EFA-only: EFA (with ENA) there, primary included
+        (
+            {
+                "EfaSupported": True,
+                "EfaInfo": {"MaximumEfaInterfaces": 2},
+                "NetworkCards": [
+                    {"NetworkCardIndex": 0, "InterfaceTypes": ["interface", "efa"]},
+                    {"NetworkCardIndex": 1, "InterfaceTypes": ["interface", "efa"]},
+                ],
+            },
+            [(0, 0, "efa"), (1, 0, "efa")],
+        ),
+        # MaximumEfaInterfaces caps the EFA interfaces, whatever the cards offer
+        (
+            {
+                "EfaSupported": True,
+                "EfaInfo": {"MaximumEfaInterfaces": 1},
+                "NetworkCards": [
+                    {"NetworkCardIndex": i, "InterfaceTypes": ["interface", "efa", "efa-only"]}
+                    for i in range(2)
+                ],
+            },
+            [(0, 0, "interface"), (0, 1, "efa-only")],
+        ),
     ],
 )
-def test_efa_on_every_card_device_index_1_beyond_card_0(
-    shipped: Catalog, name: str, cards: int
-) -> None:
-    layout = _layout(shipped.profiles[name])
-    assert layout == [(0, 0, "efa")] + [(card, 1, "efa") for card in range(1, cards)]
-
-
-def test_p6_b300_card_0_is_ena_only_and_efa_cards_use_device_index_0(shipped: Catalog) -> None:
-    layout = _layout(shipped.profiles["p6-b300.48xlarge"])
-    assert layout[0] == (0, 0, "ena")
-    assert layout[1:] == [(card, 0, "efa") for card in range(1, 17)]
-    first = network_interfaces(
-        shipped.profiles["p6-b300.48xlarge"], subnet_id=SUBNET, security_group_ids=GROUPS
-    )[0]
-    assert "InterfaceType" not in first  # ENA: the API's default, no value to send
-
-
-def test_g6e_unknown_layout_fails_naming_the_field(shipped: Catalog) -> None:
-    profile = shipped.profiles["g6e.48xlarge"]
-    source = shipped.file_of("profiles", profile.name)
-    with pytest.raises(InputError) as caught:
-        network_interfaces(profile, subnet_id=SUBNET, security_group_ids=GROUPS, source=source)
-    text = str(caught.value)
-    assert "g6e.48xlarge.yml" in text
-    assert "field 'network.network_cards'" in text
-    assert "4 EFA interfaces" in text
-    assert "Fix: add the card groups" in text
-
-
-def test_profile_without_efa_gets_one_ena_interface(shipped: Catalog) -> None:
-    g6e = shipped.profiles["g6e.48xlarge"]
-    no_efa = g6e.model_copy(
-        update={"network": g6e.network.model_copy(update={"efa_interfaces": 0})}
-    )
-    assert _layout(no_efa) == [(0, 0, "ena")]
+def test_layout_rules(network: dict[str, Any], expected: list[tuple[int, int, str]]) -> None:
+    slots = recommended_layout(network)  # type: ignore[arg-type]
+    assert [(s.card, s.device_index, s.interface) for s in slots] == expected
 
 
 def _request(world: World, shipped: Catalog, **config: Any) -> RunInstancesRequestTypeDef:
@@ -105,7 +175,13 @@ def _request(world: World, shipped: Catalog, **config: Any) -> RunInstancesReque
             subnet_id=world.subnet_id,
         ),
         interfaces=network_interfaces(
-            profile, subnet_id=world.subnet_id, security_group_ids=[world.security_group_id]
+            recommended_layout(
+                world.ec2.describe_instance_types(InstanceTypes=["p6-b300.48xlarge"])[
+                    "InstanceTypes"
+                ][0]["NetworkInfo"]
+            ),
+            subnet_id=world.subnet_id,
+            security_group_ids=[world.security_group_id],
         ),
         placement_group="pg-run",
         tags={tags.RUN_ID: "run-1", tags.TTL: "2026-12-02T16:00:00Z"},

@@ -124,7 +124,11 @@ def test_launch_request_of_the_run(world: World, shipped: Catalog) -> None:
     (request,) = world.fake.operations("RunInstances")
     assert request["ImageId"] == world.ami_id
     assert request["InstanceType"] == "p5.48xlarge"
-    assert len(request["NetworkInterfaces"]) == 32
+    # ENA primary, then the 32 EFA-only interfaces EC2 describes for p5
+    interfaces = request["NetworkInterfaces"]
+    assert len(interfaces) == 33
+    assert "InterfaceType" not in interfaces[0]
+    assert {i["InterfaceType"] for i in interfaces[1:]} == {"efa-only"}
     assert request["Placement"] == {"GroupName": "nodeforge-run-1-p5.48xlarge"}
     instance_tags = tags.tag_map(request["TagSpecifications"][0]["Tags"])
     assert instance_tags[tags.RUN_ID] == "run-1"

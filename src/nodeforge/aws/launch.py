@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from botocore.exceptions import ClientError
 
 from nodeforge.aws.config import PipelineConfig
 from nodeforge.aws.errors import InstanceUnreachableError, NoCapacityError
+from nodeforge.aws.netlayout import Slot
 from nodeforge.aws.tags import tag_list
 from nodeforge.catalog.models import Profile
-from nodeforge.errors import InputError
 
 # type stubs, a dev dependency: the installed tool never imports them
 if TYPE_CHECKING:
@@ -54,42 +53,23 @@ class Clock:
 
 
 def network_interfaces(
-    profile: Profile, *, subnet_id: str, security_group_ids: list[str], source: Path | None = None
+    slots: Sequence[Slot], *, subnet_id: str, security_group_ids: list[str]
 ) -> list[InstanceNetworkInterfaceSpecificationTypeDef]:
-    """One interface per network card, as the profile's network_cards groups describe them."""
-    network = profile.network
-    if network.network_cards == "unknown":
-        if network.efa_interfaces == 0:
-            return [_interface(0, 0, "ena", subnet_id, security_group_ids)]
-        raise InputError(
-            f"the network card layout of {profile.name} is unknown, so nodeforge cannot request "
-            f"its {network.efa_interfaces} EFA interfaces",
-            file=source,
-            field="network.network_cards",
-            fix="add the card groups (first, last, interface, device_index) from AWS's "
-            "documented layout for the instance type (reference/stack-facts.md 1.2)",
-        )
-    return [
-        _interface(card, group.device_index, group.interface, subnet_id, security_group_ids)
-        for group in network.network_cards
-        for card in range(group.first, group.last + 1)
-    ]
-
-
-def _interface(
-    card: int, device_index: int, interface: str, subnet_id: str, groups: list[str]
-) -> InstanceNetworkInterfaceSpecificationTypeDef:
-    spec: InstanceNetworkInterfaceSpecificationTypeDef = {
-        "NetworkCardIndex": card,
-        "DeviceIndex": device_index,
-        "SubnetId": subnet_id,
-        "Groups": list(groups),
-        "DeleteOnTermination": True,
-    }
-    # ENA is EC2's default interface: the API has no InterfaceType value for it
-    if interface != "ena":
-        spec["InterfaceType"] = interface
-    return spec
+    """The RunInstances interfaces of a layout (nodeforge.aws.netlayout), all in one subnet."""
+    specs: list[InstanceNetworkInterfaceSpecificationTypeDef] = []
+    for slot in slots:
+        spec: InstanceNetworkInterfaceSpecificationTypeDef = {
+            "NetworkCardIndex": slot.card,
+            "DeviceIndex": slot.device_index,
+            "SubnetId": subnet_id,
+            "Groups": list(security_group_ids),
+            "DeleteOnTermination": True,
+        }
+        # ENA ("interface") is EC2's default: sent without a type, as EC2's examples do
+        if slot.interface != "interface":
+            spec["InterfaceType"] = slot.interface
+        specs.append(spec)
+    return specs
 
 
 def run_instances_request(

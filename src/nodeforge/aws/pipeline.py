@@ -17,6 +17,7 @@ from nodeforge.aws.clients import AwsClients
 from nodeforge.aws.errors import InstanceUnreachableError, NoCapacityError, aws_error
 from nodeforge.aws.fleet import validation_fleet
 from nodeforge.aws.launch import Clock, network_interfaces, run_instances_request, wait_ready
+from nodeforge.aws.netlayout import Slot, profile_layouts
 from nodeforge.aws.reachable import FRESH_HOST_SSH, wait_for_ssh
 from nodeforge.catalog.loader import Catalog
 from nodeforge.catalog.models import Profile
@@ -162,6 +163,13 @@ def promote(
     try:
         source = _checked_ami(clients, ami_id, image, profiles)
         _check_shareable(clients, source, config_path)
+        layouts = profile_layouts(
+            clients.ec2,
+            profiles,
+            region=clients.config.region,
+            config_path=config_path,
+            profile_files=profile_files or {},
+        )
         passed = publish.passed_profiles(source)
         for profile in profiles:
             if profile.name in passed:
@@ -178,7 +186,7 @@ def promote(
                 progress=progress,
                 clock=clock,
                 run_id=run_id,
-                profile_file=(profile_files or {}).get(profile.name),
+                layout=layouts[profile.name],
             )
             result.runs.append(run)
             progress(f"{profile.name}: {run.outcome}{': ' + run.message if run.message else ''}")
@@ -294,16 +302,13 @@ def _run_profile(
     progress: Callable[[str], None],
     clock: Clock,
     run_id: str,
-    profile_file: Path | None,
+    layout: list[Slot],
 ) -> ProfileRun:
     config = clients.config
     count = nodes_for(profile, config.multinode)
     subnet_id = config.profile_subnets.get(profile.name, config.subnet_id)
     interfaces = network_interfaces(
-        profile,
-        subnet_id=subnet_id,
-        security_group_ids=config.security_group_ids,
-        source=profile_file,
+        layout, subnet_id=subnet_id, security_group_ids=config.security_group_ids
     )
     run_tags = {
         "Name": f"nodeforge-validate-{image}-{profile.name}",

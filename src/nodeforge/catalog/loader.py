@@ -185,7 +185,7 @@ def _message(error: Any) -> str:
 
 def _data_path(data: Any, loc: tuple[int | str, ...], missing: bool) -> tuple[int | str, ...]:
     """The part of a pydantic location that exists in the data: union branches (`int`,
-    `literal['unknown']`, `list[CardGroup]`) are pydantic's names, not the user's."""
+    `literal['unknown']`, `list[str]`) are pydantic's names, not the user's."""
     path: list[int | str] = []
     for index, part in enumerate(loc):
         if isinstance(data, dict) and part in data:

@@ -161,42 +161,13 @@ class Interconnect(Model):
         return self
 
 
-class CardGroup(Model):
-    """Network cards first..last, all alike: what the launch template must request for them."""
-
-    first: int = Field(ge=0, le=255)
-    last: int = Field(ge=0, le=255)
-    interface: Literal["efa", "efa-only", "ena"]
-    device_index: int = Field(ge=0, le=255)
-
-
 class Network(Model):
+    """What validation expects of the node; the launch layout comes from EC2
+    (nodeforge.aws.netlayout), and promote holds efa_interfaces to EC2's number."""
+
     bandwidth_gbps: int = Field(ge=1, le=1_000_000)
     efa_interfaces: int = Field(ge=0, le=256)
     gpudirect_rdma: Literal["required", "optional"]
-    network_cards: list[CardGroup] | Unknown
-
-    @property
-    def known_cards(self) -> list[CardGroup]:
-        return [] if self.network_cards == "unknown" else self.network_cards
-
-    @model_validator(mode="after")
-    def _layout(self) -> Network:
-        expected = 0
-        for group in self.known_cards:
-            if group.first != expected or group.last < group.first:
-                raise ValueError(
-                    f"network_cards must cover cards 0..N in order without gaps; "
-                    f"a group should start at card {expected}"
-                )
-            expected = group.last + 1
-        efa_cards = sum(g.last - g.first + 1 for g in self.known_cards if g.interface != "ena")
-        if self.known_cards and efa_cards != self.efa_interfaces:
-            raise ValueError(
-                f"network_cards carry {efa_cards} EFA interfaces but efa_interfaces is "
-                f"{self.efa_interfaces}"
-            )
-        return self
 
 
 class DriverRequirement(Model):
