@@ -1,12 +1,13 @@
 """A fake AWS account (moto) with what nodeforge's AWS steps need: a VPC, a subnet, a security
 group, and an AMI of the image as Packer leaves it (tagged nodeforge:image, status built).
 
-moto does not implement placement groups, capacity reservations, image deprecation or
-deregistration protection, ignores
-CopyImage's TagSpecifications and instances' placement groups, models no snapshot encryption and
-calls every KMS key customer managed: `FakeEc2` answers or completes those calls through botocore
-`before-call`/`after-call` hooks on the session, and records every call the code makes (operation
-and parameters), which the IAM policy test reads.
+moto does not implement placement groups, capacity reservations, image deprecation,
+deregistration protection or image references, ignores DeregisterImage's
+DeleteAssociatedSnapshots, CopyImage's TagSpecifications and instances' placement groups, models no
+snapshot encryption and calls every KMS key customer managed: `FakeEc2` answers or completes those
+calls through botocore `before-call`/`after-call` hooks on the session (the image calls through
+tests/moto_images.py, shared with the end-to-end test's moto server), and records every call the
+code makes (operation and parameters), which the IAM policy test reads.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from nodeforge.aws import tags
 from nodeforge.aws.clients import AwsClients, clients_for
 from nodeforge.aws.config import PipelineConfig
 from nodeforge.aws.launch import Clock
+from tests.moto_images import deregister_with_snapshots, image_references
 
 REGION = "us-east-1"
 BASE_AMI = "ami-0b0b0b0b0b0b0b0b0"  # the builder's source AMI: moto does not check it exists
@@ -48,9 +50,9 @@ class FakeEc2:
     deleted_groups: list[str] = field(default_factory=list)
     group_tags: dict[str, dict[str, str]] = field(default_factory=dict)
     placed: dict[str, str] = field(default_factory=dict)
+    """Instance id -> its placement group, which moto drops from its answers."""
     capacity_reservations: list[dict[str, Any]] = field(default_factory=list)
     """What DescribeCapacityReservations answers (moto implements no capacity reservations)."""
-    """Instance id -> its placement group, which moto drops from its answers."""
     deprecated: dict[str, str] = field(default_factory=dict)
     encrypted: dict[str, str] = field(default_factory=dict)
     """Snapshot id -> its KMS key: moto models no encryption of AMIs' snapshots."""
@@ -116,7 +118,18 @@ class FakeEc2:
             if body["ImageId"] in self.protection:
                 # the code is this stand-in's: EC2 documents none for this refusal
                 return failure("OperationNotPermitted", "the AMI has deregistration protection")
-            return None  # moto deregisters it
+            if body.get("DeleteAssociatedSnapshots") != "true":
+                return None  # moto deregisters it
+            region = params["context"]["client_region"]
+            results = deregister_with_snapshots(ACCOUNT, region, body["ImageId"])
+            return ok({"Return": True, "DeleteSnapshotResults": results})
+        if model.name == "DescribeImageReferences":
+            [request] = self.operations("DescribeImageReferences")[-1:]
+            region = params["context"]["client_region"]
+            found = image_references(
+                ACCOUNT, region, request["ImageIds"], request.get("ResourceTypes", [])
+            )
+            return ok({"ImageReferences": found})
         if model.name == "DeletePlacementGroup":
             self.placement_groups.discard(body["GroupName"])
             self.deleted_groups.append(body["GroupName"])
@@ -302,6 +315,7 @@ def fake_session(fake: FakeEc2) -> boto3.Session:
         "EnableImageDeregistrationProtection",
         "DisableImageDeregistrationProtection",
         "DeregisterImage",
+        "DescribeImageReferences",
     ):
         session.events.register(f"before-call.ec2.{operation}", fake.answer)
     session.events.register("after-call.ec2.CopyImage", fake.tag_copy)

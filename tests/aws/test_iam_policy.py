@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import botocore.session
@@ -46,6 +46,21 @@ IMPLIED = {
 CopyImage with KmsKeyId or RunInstances from an encrypted AMI (EBS encryption's required KMS
 permissions: CreateGrant, Decrypt, DescribeKey, GenerateDataKeyWithoutPlaintext, ReEncrypt*),
 granted only through EC2 (kms:ViaService)."""
+SCANNED_BY_IMAGE_REFERENCES = {
+    "ec2:DescribeInstances",
+    "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeLaunchTemplateVersions",
+    "ssm:DescribeParameters",
+    "ssm:GetParameters",
+    "imagebuilder:ListImageRecipes",
+    "imagebuilder:ListContainerRecipes",
+    "imagebuilder:GetContainerRecipe",
+}
+"""What DescribeImageReferences reads with the caller's permissions (EC2 User Guide, "Identify
+your resources referencing specified AMIs", required IAM permissions), granted only through it
+(aws:CalledVia ec2-images.amazonaws.com) where the code does not call them itself."""
+DELETED_WITH_THE_AMI = {"ec2:DeleteSnapshot"}
+"""DeregisterImage with DeleteAssociatedSnapshots deletes the snapshots as the caller."""
 
 
 def _receiver(node: ast.expr) -> str | None:
@@ -111,10 +126,21 @@ def test_policy_statements_are_named_allows() -> None:
 
 
 def test_policy_grants_exactly_what_the_code_calls() -> None:
-    called = scanned_actions() | IMPLIED
+    called = scanned_actions() | IMPLIED | SCANNED_BY_IMAGE_REFERENCES | DELETED_WITH_THE_AMI
     granted = granted_actions()
     assert called - granted == set(), "called but not allowed"
     assert granted - called == set(), "allowed but never called"
+
+
+def test_what_image_references_scans_is_granted_only_through_it() -> None:
+    called = scanned_actions()
+    for statement in _statements():
+        through_ec2 = set(_listed(statement["Action"])) & SCANNED_BY_IMAGE_REFERENCES - called
+        if through_ec2:
+            assert statement["Condition"] == {
+                "ForAnyValue:StringEquals": {"aws:CalledVia": ["ec2-images.amazonaws.com"]}
+            }, statement["Sid"]
+            assert set(_listed(statement["Action"])) <= SCANNED_BY_IMAGE_REFERENCES
 
 
 def test_destructive_calls_are_conditioned_on_nodeforge_tags() -> None:
@@ -154,7 +180,14 @@ def test_calls_made_against_moto_are_all_scanned_and_granted(
     )
     world.make_ami("p5-ubuntu24.04-old", status="failed")
     before = len(world.fake.calls)
-    prune(world.clients(**settings), image="p5-ubuntu24.04", keep=1, dry_run=False)
+    prune(
+        world.clients(**settings),
+        image="p5-ubuntu24.04",
+        keep=1,
+        unjudged_after=timedelta(days=7),
+        now=datetime.now(UTC),
+        dry_run=False,
+    )
     world.ec2.run_instances(
         ImageId=failed,
         InstanceType="t3.micro",
@@ -172,7 +205,7 @@ def test_calls_made_against_moto_are_all_scanned_and_granted(
     reap(world.clients(), image=IMAGE, now=datetime(2026, 12, 2, tzinfo=UTC), dry_run=False)
     recorded = {f"{service}:{operation}" for service, operation, _ in world.fake.calls}
     housekeeping = {f"{s}:{o}" for s, o, _ in world.fake.calls[before:]}
-    assert {"ec2:DeregisterImage", "ec2:DeleteSnapshot", "ssm:GetParameter"} <= housekeeping
+    assert {"ec2:DeregisterImage", "ec2:DescribeImageReferences"} <= housekeeping
     assert {"ec2:DescribePlacementGroups", "ec2:TerminateInstances"} <= housekeeping
     # the test's own setup calls are not the package's
     recorded -= {"ec2:CreateImage", "ec2:CreateLaunchTemplate"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from moto.ec2.models import ec2_backends
 
@@ -19,6 +19,21 @@ def _amis(world: World, *statuses: str) -> list[tuple[str, str]]:
         ec2_backends[ACCOUNT][REGION].amis[ami].creation_date = datetime(2026, 11, day)
         made.append((ami, snapshot))
     return made
+
+
+# _amis creates AMIs on the first days of November: an AMI built then is not yet a week old
+NOW = datetime(2026, 11, 10, tzinfo=UTC)
+
+
+def _prune(world: World, *, keep: int, dry_run: bool = False, now: datetime = NOW) -> PruneResult:
+    return prune(
+        world.clients(),
+        image=IMAGE,
+        keep=keep,
+        unjudged_after=timedelta(days=7),
+        now=now,
+        dry_run=dry_run,
+    )
 
 
 def _exists(world: World, ami: str) -> bool:
@@ -39,7 +54,7 @@ def test_keeps_newest_deletes_rest_with_snapshots(world: World) -> None:
     (v1, s1), (v2, s2), (failed, s3), (v3, s4), (v4, s5), (built, s6) = _amis(
         world, "validated", "validated", "failed", "validated", "validated", "built"
     )
-    result = prune(world.clients(), image=IMAGE, keep=2, dry_run=False)
+    result = _prune(world, keep=2, dry_run=False)
     decisions = _decisions(result)
     assert decisions[v4] == ("keep", ["one of the newest 2 validated"])
     assert decisions[v3][0] == "keep"
@@ -73,41 +88,90 @@ def test_never_deletes_what_is_in_use(world: World) -> None:
     )
     world.ec2.run_instances(ImageId=by_instance, InstanceType="t3.micro", MinCount=1, MaxCount=1)
 
-    result = prune(world.clients(), image=IMAGE, keep=1, dry_run=False)
+    result = _prune(world, keep=1, dry_run=False)
     decisions = _decisions(result)
     assert decisions[newest] == ("keep", ["one of the newest 1 validated"])
+    parameter = "/nodeforge/p5-ubuntu24.04/p5.48xlarge/ami-id"
     assert decisions[by_ssm] == (
         "keep",
-        ["SSM parameter /nodeforge/p5-ubuntu24.04/p5.48xlarge/ami-id"],
+        [f"SSM parameter arn:aws:ssm:{REGION}:{ACCOUNT}:parameter{parameter}"],
     )
-    assert decisions[by_template] == ("keep", ["launch template training version 2 (latest)"])
-    assert decisions[by_default] == ("keep", ["launch template training version 1 (default)"])
+    [template] = world.ec2.describe_launch_templates()["LaunchTemplates"]
+    in_template = f"launch template arn:aws:ec2:{REGION}:{ACCOUNT}:launch-template/"
+    assert decisions[by_template] == ("keep", [in_template + template["LaunchTemplateId"]])
+    assert decisions[by_default] == decisions[by_template]
     action, reasons = decisions[by_instance]
     assert action == "keep"
-    assert reasons[0].startswith("instance i-")
-    assert reasons[0].endswith("(running)")
+    assert reasons[0].startswith(f"instance arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-")
     assert _snapshot_exists(world, snapshot)
     # the fixture's AMI (status built) is the only other one, and it stays too
     assert [d.action for d in result.decisions] == ["keep"] * 6
+    # the references are EC2's answer, for the instances that may still run
+    [asked] = world.fake.operations("DescribeImageReferences")
+    [instances] = [t for t in asked["ResourceTypes"] if t["ResourceType"] == "ec2:Instance"]
+    assert "terminated" not in instances["ResourceTypeOptions"][0]["OptionValues"]
 
 
 def test_launch_template_through_an_ssm_reference(world: World) -> None:
+    # a launch template resolves only parameters of data type aws:ec2:image, which EC2's
+    # reference check finds: the parameter keeps the AMI for the template
     ((old, _), (_newest, _)) = _amis(world, "validated", "validated")
-    world.session.client("ssm").put_parameter(Name="/team/ami", Value=old, Type="String")
+    world.session.client("ssm").put_parameter(
+        Name="/team/ami", Value=old, Type="String", DataType="aws:ec2:image"
+    )
     world.ec2.create_launch_template(
         LaunchTemplateName="inference", LaunchTemplateData={"ImageId": "resolve:ssm:/team/ami"}
     )
-    result = prune(world.clients(), image=IMAGE, keep=1, dry_run=False)
+    result = _prune(world, keep=1, dry_run=False)
     assert _decisions(result)[old] == (
         "keep",
-        ["launch template inference version 1 (latest and default)"],
+        [f"SSM parameter arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/team/ami"],
     )
+
+
+def test_references_are_asked_ten_amis_at_a_time(world: World) -> None:
+    world.ec2.deregister_image(ImageId=world.ami_id)
+    made = _amis(world, *["validated"] * 12)
+    oldest, _ = made[0]
+    world.ec2.run_instances(ImageId=oldest, InstanceType="t3.micro", MinCount=1, MaxCount=1)
+    world.fake.calls.clear()
+    decisions = _decisions(_prune(world, keep=1, dry_run=True))
+    asked = world.fake.operations("DescribeImageReferences")
+    assert sorted(len(call["ImageIds"]) for call in asked) == [2, 10]
+    assert decisions[oldest][0] == "keep"
+    assert decisions[oldest][1][0].startswith("instance ")
+    assert [action for action, _ in decisions.values()].count("delete") == 10
+
+
+def test_an_ami_never_judged_ages_out(world: World) -> None:
+    world.ec2.deregister_image(ImageId=world.ami_id)
+    (stale, snapshot), (fresh, _), (validated, _) = _amis(world, "built", "validating", "validated")
+    # a week after the first: the second (a day younger) may still be judged by its promote
+    decisions = _decisions(_prune(world, keep=1, now=datetime(2026, 11, 8, 1, tzinfo=UTC)))
+    assert decisions[stale] == ("delete", ["status built since 2026-11-01: never judged"])
+    assert decisions[fresh][0] == "keep"
+    assert "not judged yet" in decisions[fresh][1][0]
+    assert decisions[validated][0] == "keep"
+    assert not _exists(world, stale)
+    assert not _snapshot_exists(world, snapshot)
+
+
+def test_deleted_snapshots_are_those_ec2_reports(world: World) -> None:
+    world.ec2.deregister_image(ImageId=world.ami_id)
+    (old, snapshot), (_newest, _) = _amis(world, "validated", "validated")
+    world.fake.calls.clear()
+    [decision] = [d for d in _prune(world, keep=1).decisions if d.ami == old]
+    assert decision.snapshots == [snapshot]
+    # one call: no AMI left deregistered with its snapshots still billed
+    [call] = world.fake.operations("DeregisterImage")
+    assert call == {"ImageId": old, "DeleteAssociatedSnapshots": True}
+    assert world.fake.operations("DeleteSnapshot") == []
 
 
 def test_dry_run_changes_nothing_and_says_why(world: World) -> None:
     (old, snapshot), (newest, _) = _amis(world, "validated", "validated")
     world.fake.calls.clear()
-    result = prune(world.clients(), image=IMAGE, keep=1, dry_run=True)
+    result = _prune(world, keep=1, dry_run=True)
     assert result.dry_run
     decisions = _decisions(result)
     assert decisions[old] == ("delete", ["validated, older than the newest 1"])
@@ -123,7 +187,7 @@ def test_dry_run_changes_nothing_and_says_why(world: World) -> None:
 def test_other_images_are_not_touched(world: World) -> None:
     other, _ = world.make_ami("p6-20261101", status="validated", image="p6-ubuntu24.04")
     _amis(world, "validated", "validated")
-    result = prune(world.clients(), image=IMAGE, keep=1, dry_run=False)
+    result = _prune(world, keep=1, dry_run=False)
     assert other not in _decisions(result)
     assert _exists(world, other)
     assert world.image_tags()[tags.IMAGE] == IMAGE
@@ -134,7 +198,7 @@ def test_a_protected_ami_is_unprotected_then_deleted(world: World) -> None:
     (old, snapshot), (_newest, _) = _amis(world, "validated", "validated")
     world.fake.protection[old] = "enabled"
     world.fake.calls.clear()
-    result = prune(world.clients(), image=IMAGE, keep=1, dry_run=False)
+    result = _prune(world, keep=1, dry_run=False)
     [decision] = [d for d in result.decisions if d.ami == old]
     assert (decision.action, decision.unprotect_first) == ("delete", True)
     assert not _exists(world, old)
@@ -151,21 +215,21 @@ def test_protection_with_cooldown_is_disabled_and_the_ami_deleted_by_a_later_pru
     world.fake.protection[old] = "enabled-with-cooldown"
     world.fake.calls.clear()
 
-    first = _decisions(prune(world.clients(), image=IMAGE, keep=1, dry_run=False))
+    first = _decisions(_prune(world, keep=1, dry_run=False))
     assert first[old][0] == "unprotect"
     assert "24 h cooldown" in first[old][1][-1]
     assert _exists(world, old) and _snapshot_exists(world, snapshot)
     assert world.fake.operations("DeregisterImage") == []
 
     # within the cooldown: kept, and said why
-    second = _decisions(prune(world.clients(), image=IMAGE, keep=1, dry_run=False))
+    second = _decisions(_prune(world, keep=1, dry_run=False))
     assert second[old][0] == "keep"
     assert "cooling down (disabled-until " in second[old][1][0]
     assert _exists(world, old)
 
     # after it, EC2 reports the AMI unprotected: the next prune deletes it
     del world.fake.protection[old]
-    third = _decisions(prune(world.clients(), image=IMAGE, keep=1, dry_run=False))
+    third = _decisions(_prune(world, keep=1, dry_run=False))
     assert third[old][0] == "delete"
     assert not _exists(world, old)
 
@@ -174,7 +238,7 @@ def test_dry_run_does_not_touch_protection(world: World) -> None:
     world.ec2.deregister_image(ImageId=world.ami_id)
     (old, _), (_newest, _) = _amis(world, "validated", "validated")
     world.fake.protection[old] = "enabled-with-cooldown"
-    result = prune(world.clients(), image=IMAGE, keep=1, dry_run=True)
+    result = _prune(world, keep=1, dry_run=True)
     assert _decisions(result)[old][0] == "unprotect"
     assert world.fake.protection[old] == "enabled-with-cooldown"
     assert world.fake.operations("DisableImageDeregistrationProtection") == []

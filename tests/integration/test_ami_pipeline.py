@@ -46,6 +46,7 @@ from nodeforge.local.podman import SystemdContainer
 from nodeforge.local.podman import run as podman
 from tests.conftest import REPO, Edit
 from tests.integration.conftest import LOCAL_IMAGE, local_image_group
+from tests.moto_images import deregister_with_snapshots, image_references
 from tests.packer.conftest import DOUBLE
 from tests.packer.test_moto import PARAMETER
 
@@ -74,8 +75,9 @@ class Unimplemented:
 
 @pytest.fixture(scope="module")
 def moto_server() -> Iterator[tuple[str, Unimplemented]]:
-    """moto_server on a free loopback port, answering placement groups and image deprecation
-    (which moto lacks) the way EC2 does, and recording them."""
+    """moto_server on a free loopback port, answering placement groups, image deprecation and
+    image references (which moto lacks) and deleting a deregistered AMI's snapshots (which moto
+    ignores) the way EC2 does; placement groups and deprecations are recorded."""
     unimplemented = Unimplemented()
 
     def create_placement_group(self: EC2Response) -> ActionResult:
@@ -93,10 +95,32 @@ def moto_server() -> Iterator[tuple[str, Unimplemented]]:
         )
         return ActionResult({"Return": True})
 
+    def describe_image_references(self: EC2Response) -> ActionResult:
+        asked = self._get_params()
+        found = image_references(
+            self.current_account, self.region, asked["ImageIds"], asked.get("ResourceTypes", [])
+        )
+        return ActionResult({"ImageReferences": found})
+
+    moto_deregister = EC2Response.deregister_image
+
+    def deregister_image(self: EC2Response) -> ActionResult:
+        asked = self._get_params()
+        if not asked.get("DeleteAssociatedSnapshots"):
+            return moto_deregister(self)
+        results = deregister_with_snapshots(self.current_account, self.region, asked["ImageId"])
+        return ActionResult({"Return": True, "DeleteSnapshotResults": results})
+
     with pytest.MonkeyPatch.context() as patch:
         # moto's catalogue of public AMIs takes seconds to load and nothing here needs it
         patch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
-        for handler in (create_placement_group, delete_placement_group, enable_image_deprecation):
+        for handler in (
+            create_placement_group,
+            delete_placement_group,
+            enable_image_deprecation,
+            describe_image_references,
+            deregister_image,
+        ):
             patch.setattr(EC2Response, handler.__name__, handler, raising=False)
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
@@ -259,8 +283,6 @@ def _promoted(account: Account, container: str) -> str:
     """Build and promote once; the published AMI."""
     done = account.build(_stand_in(container, "build"))
     report = account.work_dir / IMAGE / "promote" / PROFILE / "validation-build.json"
-    # a local image older than the catalog fails test_manifest_equals_the_resolved_vars here:
-    # rebuild it (make quickstart)
     assert done.returncode == 0, done.stderr[-2000:] + _failed_checks(report)
     document = json.loads(done.stdout)
     ami: str = document["build"]["amis"][REGION]

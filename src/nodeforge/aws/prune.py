@@ -1,11 +1,13 @@
 """Prune: keep the newest N validated AMIs of an image, deregister the others (and delete their
-snapshots), never one that something still launches from."""
+snapshots), never one that something still launches from (EC2's DescribeImageReferences says
+what does)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -14,21 +16,43 @@ from nodeforge.aws import tags
 from nodeforge.aws.clients import AwsClients
 from nodeforge.aws.encryption import snapshot_ids
 from nodeforge.aws.errors import aws_error
-from nodeforge.aws.publish import SSM_ROOT
 
 # type stubs, a dev dependency: the installed tool never imports them
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
-    from mypy_boto3_ec2.type_defs import ImageTypeDef
-    from mypy_boto3_ssm import SSMClient
+    from mypy_boto3_ec2.type_defs import ImageTypeDef, ResourceTypeRequestTypeDef
 
-_IN_USE_STATES = ["pending", "running", "stopping", "stopped"]
 # DescribeImages' DeregistrationProtection: "disabled", "enabled", "enabled-with-cooldown", and
 # "disabled-until <time>" for the 24 hours after protection with cooldown was disabled.
 _UNPROTECTED = "disabled"
 _WITH_COOLDOWN = "enabled-with-cooldown"
 _COOLING_DOWN = "disabled-until"
-_SSM_REFERENCE = "resolve:ssm:"
+# DescribeImageReferences: at most 10 AMIs a call; every resource type it scans, instances only
+# while they exist or may start again, and (EC2's default) the 10 newest versions of each launch
+# template. A launch template that names an SSM parameter holds the AMI through the parameter.
+_REFERENCE_BATCH = 10
+_REFERENCE_TYPES: list[ResourceTypeRequestTypeDef] = [
+    {
+        "ResourceType": "ec2:Instance",
+        "ResourceTypeOptions": [
+            {
+                "OptionName": "state-name",
+                "OptionValues": ["pending", "running", "stopping", "stopped"],
+            }
+        ],
+    },
+    {"ResourceType": "ec2:LaunchTemplate"},
+    {"ResourceType": "ssm:Parameter"},
+    {"ResourceType": "imagebuilder:ImageRecipe"},
+    {"ResourceType": "imagebuilder:ContainerRecipe"},
+]
+_REFERENCE_NAMES: dict[str, str] = {
+    "ec2:Instance": "instance",
+    "ec2:LaunchTemplate": "launch template",
+    "ssm:Parameter": "SSM parameter",
+    "imagebuilder:ImageRecipe": "Image Builder image recipe",
+    "imagebuilder:ContainerRecipe": "Image Builder container recipe",
+}
 
 
 @dataclass(frozen=True)
@@ -43,7 +67,8 @@ class Decision:
     deleted by a prune 24 hours later."""
     reasons: list[str]
     snapshots: list[str] = field(default_factory=list)
-    """Deleted with the AMI (none for a kept one)."""
+    """Deleted with the AMI (none for a kept one): planned, and once applied those EC2 reports
+    deleted (it skips one that another AMI still uses)."""
     unprotect_first: bool = False
     """A protected AMI to delete: protection (without cooldown) is disabled first."""
 
@@ -52,6 +77,7 @@ class Decision:
 class PruneResult:
     image: str
     keep: int
+    unjudged_after: timedelta
     dry_run: bool
     decisions: list[Decision] = field(default_factory=list)
 
@@ -59,6 +85,7 @@ class PruneResult:
         return {
             "image": self.image,
             "keep": self.keep,
+            "unjudged_after_days": self.unjudged_after.days,
             "dry_run": self.dry_run,
             "amis": [
                 {
@@ -82,29 +109,33 @@ def prune(
     *,
     image: str,
     keep: int,
+    unjudged_after: timedelta,
+    now: datetime,
     dry_run: bool,
     progress: Callable[[str], None] = lambda _line: None,
 ) -> PruneResult:
     """Decide per AMI in the home region and every copy region, then act unless `dry_run`."""
-    result = PruneResult(image=image, keep=keep, dry_run=dry_run)
+    result = PruneResult(image=image, keep=keep, unjudged_after=unjudged_after, dry_run=dry_run)
     config = clients.config
     try:
         for region in (config.region, *config.copy_regions):
-            home = region == config.region
-            ec2 = clients.ec2 if home else clients.ec2_in(region)
-            ssm = clients.ssm if home else clients.ssm_in(region)
-            decisions = plan(ec2, ssm, region=region, image=image, keep=keep)
-            result.decisions += decisions
-            if not dry_run:
-                _apply(ec2, decisions, progress)
+            ec2 = clients.ec2 if region == config.region else clients.ec2_in(region)
+            decisions = plan(
+                ec2, region=region, image=image, keep=keep, unjudged_before=now - unjudged_after
+            )
+            result.decisions += decisions if dry_run else _apply(ec2, decisions, progress)
     except (ClientError, BotoCoreError) as exc:
         raise aws_error(exc, f"pruning {image}") from None
     return result
 
 
-def plan(ec2: EC2Client, ssm: SSMClient, *, region: str, image: str, keep: int) -> list[Decision]:
+def plan(
+    ec2: EC2Client, *, region: str, image: str, keep: int, unjudged_before: datetime
+) -> list[Decision]:
+    """What to do with each AMI of the image in the region; an AMI created before
+    `unjudged_before` that was never judged is left from a promote that did not finish."""
     images = _images_of(ec2, image)
-    references = _references(ec2, ssm, [i["ImageId"] for i in images])
+    references = _references(ec2, [i["ImageId"] for i in images])
     validated = sorted(
         (i for i in images if _status(i) == tags.VALIDATED),
         key=lambda i: i.get("CreationDate", ""),
@@ -116,7 +147,7 @@ def plan(ec2: EC2Client, ssm: SSMClient, *, region: str, image: str, keep: int) 
         why = list(references.get(ami["ImageId"], []))
         if ami["ImageId"] in newest:
             why.insert(0, f"one of the newest {keep} validated")
-        if _status(ami) not in (tags.VALIDATED, tags.FAILED):
+        if not _judged(ami) and _created(ami) >= unjudged_before:
             why.append(
                 f"status {_status(ami) or '(untagged)'}: not judged yet, a promote may be running"
             )
@@ -128,11 +159,7 @@ def plan(ec2: EC2Client, ssm: SSMClient, *, region: str, image: str, keep: int) 
     staying = {s for ami, why in judged if why or _cools_down(ami) for s in snapshot_ids(ami)}
     decisions = []
     for ami, why in judged:
-        reasons = why or [
-            f"validated, older than the newest {keep}"
-            if _status(ami) == tags.VALIDATED
-            else "failed validation"
-        ]
+        reasons = why or [_why_it_goes(ami, keep)]
         action: Literal["keep", "delete", "unprotect"] = "keep" if why else "delete"
         if action == "delete" and _cools_down(ami):
             action = "unprotect"
@@ -156,6 +183,23 @@ def plan(ec2: EC2Client, ssm: SSMClient, *, region: str, image: str, keep: int) 
     return decisions
 
 
+def _why_it_goes(ami: ImageTypeDef, keep: int) -> str:
+    if _status(ami) == tags.VALIDATED:
+        return f"validated, older than the newest {keep}"
+    if _status(ami) == tags.FAILED:
+        return "failed validation"
+    status = _status(ami) or "(untagged)"
+    return f"status {status} since {ami.get('CreationDate', '')[:10]}: never judged"
+
+
+def _judged(ami: ImageTypeDef) -> bool:
+    return _status(ami) in (tags.VALIDATED, tags.FAILED)
+
+
+def _created(ami: ImageTypeDef) -> datetime:
+    return datetime.fromisoformat(ami["CreationDate"])
+
+
 def _cools_down(ami: ImageTypeDef) -> bool:
     return ami.get("DeregistrationProtection") == _WITH_COOLDOWN
 
@@ -171,83 +215,42 @@ def _images_of(ec2: EC2Client, image: str) -> list[ImageTypeDef]:
     return [ami for page in pages for ami in page.get("Images", [])]
 
 
-def _references(ec2: EC2Client, ssm: SSMClient, ami_ids: list[str]) -> dict[str, list[str]]:
-    """Why each AMI must stay: the SSM parameters, launch templates and instances using it."""
+def _references(ec2: EC2Client, ami_ids: list[str]) -> dict[str, list[str]]:
+    """Why each AMI must stay: what EC2 finds referencing it."""
     found: defaultdict[str, list[str]] = defaultdict(list)
-    if ami_ids:
-        _parameter_references(ssm, found)
-        _template_references(ec2, ssm, found)
-        _instance_references(ec2, ami_ids, found)
+    paginator = ec2.get_paginator("describe_image_references")
+    for start in range(0, len(ami_ids), _REFERENCE_BATCH):
+        batch = ami_ids[start : start + _REFERENCE_BATCH]
+        for page in paginator.paginate(ImageIds=batch, ResourceTypes=_REFERENCE_TYPES):
+            for reference in page.get("ImageReferences", []):
+                kind = reference.get("ResourceType", "")
+                found[reference.get("ImageId", "")].append(
+                    f"{_REFERENCE_NAMES.get(kind, kind)} {reference.get('Arn', '')}"
+                )
     return found
 
 
-def _parameter_references(ssm: SSMClient, found: defaultdict[str, list[str]]) -> None:
-    pages = ssm.get_paginator("get_parameters_by_path").paginate(Path=SSM_ROOT, Recursive=True)
-    for page in pages:
-        for parameter in page.get("Parameters", []):
-            found[parameter.get("Value", "")].append(f"SSM parameter {parameter.get('Name')}")
-
-
-def _template_references(
-    ec2: EC2Client, ssm: SSMClient, found: defaultdict[str, list[str]]
-) -> None:
-    """The latest and the default version of every launch template: what a launch uses when
-    it names no version."""
-    for page in ec2.get_paginator("describe_launch_templates").paginate():
-        for template in page.get("LaunchTemplates", []):
-            versions = ec2.describe_launch_template_versions(
-                LaunchTemplateId=template["LaunchTemplateId"], Versions=["$Latest", "$Default"]
-            )["LaunchTemplateVersions"]
-            # one version can be both: EC2 may then list it twice
-            unique = {version.get("VersionNumber"): version for version in versions}
-            for version in unique.values():
-                image_id = version.get("LaunchTemplateData", {}).get("ImageId", "")
-                if image_id.startswith(_SSM_REFERENCE):
-                    name = image_id.removeprefix(_SSM_REFERENCE)
-                    image_id = ssm.get_parameter(Name=name)["Parameter"].get("Value", "")
-                number = version.get("VersionNumber")
-                labels = [
-                    label
-                    for label, applies in (
-                        ("latest", number == template.get("LatestVersionNumber")),
-                        ("default", version.get("DefaultVersion", False)),
-                    )
-                    if applies
-                ]
-                found[image_id].append(
-                    f"launch template {template.get('LaunchTemplateName')} version {number} "
-                    f"({' and '.join(labels)})"
-                )
-
-
-def _instance_references(
-    ec2: EC2Client, ami_ids: list[str], found: defaultdict[str, list[str]]
-) -> None:
-    pages = ec2.get_paginator("describe_instances").paginate(
-        Filters=[
-            {"Name": "image-id", "Values": ami_ids},
-            {"Name": "instance-state-name", "Values": _IN_USE_STATES},
-        ]
-    )
-    for page in pages:
-        for reservation in page.get("Reservations", []):
-            for instance in reservation.get("Instances", []):
-                state = instance.get("State", {}).get("Name", "")
-                found[instance.get("ImageId", "")].append(
-                    f"instance {instance['InstanceId']} ({state})"
-                )
-
-
-def _apply(ec2: EC2Client, decisions: list[Decision], progress: Callable[[str], None]) -> None:
+def _apply(
+    ec2: EC2Client, decisions: list[Decision], progress: Callable[[str], None]
+) -> list[Decision]:
+    """Act on the decisions; each deleted AMI with the snapshots EC2 deleted with it."""
+    done = []
     for decision in decisions:
-        if decision.action == "keep":
-            continue
-        if decision.action == "unprotect" or decision.unprotect_first:
+        if decision.action != "keep" and (
+            decision.action == "unprotect" or decision.unprotect_first
+        ):
             progress(f"{decision.region}: disabling deregistration protection of {decision.ami}")
             ec2.disable_image_deregistration_protection(ImageId=decision.ami)
-        if decision.action == "unprotect":
+        if decision.action != "delete":
+            done.append(decision)
             continue
         progress(f"{decision.region}: deregistering {decision.ami} ({decision.reasons[0]})")
-        ec2.deregister_image(ImageId=decision.ami)
-        for snapshot in decision.snapshots:
-            ec2.delete_snapshot(SnapshotId=snapshot)
+        # the snapshots go in the same call: no AMI gone with its snapshots left behind
+        answer = ec2.deregister_image(ImageId=decision.ami, DeleteAssociatedSnapshots=True)
+        deleted = [
+            r.get("SnapshotId", "")
+            for r in answer.get("DeleteSnapshotResults", [])
+            if r.get("ReturnCode") == "success"
+        ]
+        done.append(replace(decision, snapshots=deleted))
+    return done

@@ -211,6 +211,14 @@ def _add_aws_parsers(sub: argparse._SubParsersAction[P], common: P) -> None:
     p = sub.add_parser("prune", parents=[common], help="deregister an image's old AMIs")
     p.add_argument("image")
     p.add_argument("--keep", type=int, required=True, metavar="N", help="validated AMIs to keep")
+    p.add_argument(
+        "--unjudged-after",
+        type=int,
+        default=7,
+        metavar="DAYS",
+        help="an AMI this old that no promote judged is left from one that did not finish: "
+        "it goes too (default: %(default)s)",
+    )
     _add_pipeline_config(p)
     p.add_argument(
         "--dry-run", action="store_true", help="say what would go, and why the rest stays"

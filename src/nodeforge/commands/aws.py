@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TextIO, TypeVar
 
@@ -124,12 +124,21 @@ def prune(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
             field="--keep",
             fix="keep at least 1",
         )
+    if args.unjudged_after < 1:
+        raise InputError(
+            f"--unjudged-after {args.unjudged_after} would delete AMIs a running promote is "
+            "still judging",
+            field="--unjudged-after",
+            fix="give at least 1 day, more than a promote runs",
+        )
     config = load_config(args.config, image_of(catalog, args.image))
     try:
         result = prune_amis(
             clients_for(aws_session(config.region), config),
             image=args.image,
             keep=args.keep,
+            unjudged_after=timedelta(days=args.unjudged_after),
+            now=datetime.now(UTC),
             dry_run=args.dry_run,
             progress=stderr_progress(),
         )
