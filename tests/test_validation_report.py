@@ -128,6 +128,17 @@ def _run(suite: pytest.Pytester, stage: str, *args: str) -> tuple[int, dict[str,
     return int(result.ret), report, result.stdout.str()
 
 
+def _failed_run(ret: int, report: dict[str, Any], report_dir: Path) -> ValidationRun:
+    return ValidationRun(
+        ok=False,
+        returncode=ret,
+        report=report,
+        junit=report_dir / "validation-target.xml",
+        json_report=report_dir / "validation-target.json",
+        log=report_dir / "validation-target.log",
+    )
+
+
 def _outcomes(report: dict[str, Any]) -> dict[str, str]:
     return {c["id"].split("::")[-1]: c["outcome"] for c in report["checks"]}
 
@@ -136,7 +147,7 @@ def test_target_stage_skip_of_a_required_check_is_not_run(suite: pytest.Pytester
     suite.makepyfile(test_suite=SUITE)
     ret, report, output = _run(suite, "target")
     assert ret == 1
-    assert report["schema"] == SCHEMA_VERSION == 2
+    assert report["schema"] == SCHEMA_VERSION == 3
     assert report["ok"] is False
     assert _outcomes(report) == {
         "test_passes": "passed",
@@ -227,14 +238,7 @@ def test_unknown_baseline_is_listed_as_unjudged(suite: pytest.Pytester) -> None:
 def test_summary_names_not_run_and_unjudged(suite: pytest.Pytester, tmp_path: Path) -> None:
     suite.makepyfile(test_suite=SUITE, test_judged=JUDGED)
     ret, report, _ = _run(suite, "target", "--hosts=ssh://node-1")
-    run = ValidationRun(
-        ok=False,
-        returncode=ret,
-        report=report,
-        junit=tmp_path / "validation-target.xml",
-        json_report=tmp_path / "validation-target.json",
-        log=tmp_path / "validation-target.log",
-    )
+    run = _failed_run(ret, report, tmp_path)
     assert run.counts == {"passed": 2, "failed": 2, "skipped": 3, "not run": 1}
     assert [c["message"] for c in run.not_run()] == ["dcgmi is not installed on this node"]
     text = run.summary()
@@ -251,3 +255,33 @@ def test_summary_names_not_run_and_unjudged(suite: pytest.Pytester, tmp_path: Pa
         "target stage on ssh://node-1: 2 passed, 2 failed, 1 not run, 3 skipped (not "
         "applicable), 1 unjudged"
     ) in text
+
+
+LOST = """
+import testinfra
+
+
+def test_lost_the_host(host):
+    # real ssh to a port where nothing listens: ssh itself fails (exit 255)
+    testinfra.get_host("ssh://nobody@127.0.0.1:1").run("true")
+
+
+def test_found_a_fault(host):
+    assert host.run("true").rc == 1, "the node is wrong"
+"""
+
+
+def test_a_check_that_lost_its_host_says_so_and_judged_nothing(
+    suite: pytest.Pytester, tmp_path: Path
+) -> None:
+    suite.makepyfile(test_lost=LOST)
+    ret, report, _ = _run(suite, "target")
+    assert ret == 1
+    checks = {c["id"].split("::")[-1]: c for c in report["checks"]}
+    lost, fault = checks["test_lost_the_host"], checks["test_found_a_fault"]
+    assert lost["outcome"] == fault["outcome"] == "failed"
+    assert lost["unreachable"] == "ssh: connect to host 127.0.0.1 port 1: Connection refused"
+    assert fault["unreachable"] is None
+    assert "unreachable" not in lost["properties"]
+    run = _failed_run(ret, report, tmp_path)
+    assert [c["id"] for c in run.unreachable()] == [lost["id"]]

@@ -26,11 +26,16 @@ from typing import Any, NoReturn
 
 import pytest
 from _pytest.outcomes import Skipped
+from testinfra.backend.base import CommandResult
+from testinfra.backend.ssh import SshBackend
 
-from nodeforge.validate import NOT_RUN, OUTCOMES, UNJUDGED, describe_unjudged
+from nodeforge.validate import NOT_RUN, OUTCOMES, UNJUDGED, UNREACHABLE, describe_unjudged
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _NOT_APPLICABLE = "not_applicable"
+_SSH_FAILED = 255
+"""ssh's own exit status when it could not connect or lost the connection (ssh(1)); testinfra's
+SSH backend raises RuntimeError(CommandResult) for it instead of returning the result."""
 
 
 class NotApplicable(Skipped):
@@ -71,7 +76,25 @@ def pytest_runtest_makereport(
     # controller, and its user properties travel with it.
     if report.skipped and call.excinfo is not None and call.excinfo.errisinstance(NotApplicable):
         report.user_properties.append((_NOT_APPLICABLE, True))
+    if report.failed and call.excinfo is not None:
+        lost = _lost_host(call.excinfo.value)
+        if lost is not None:
+            report.user_properties.append((UNREACHABLE, lost))
     return report
+
+
+def _lost_host(error: BaseException) -> str | None:
+    """What ssh said when the check failed because it could not reach the host (not because of
+    what it found there); None for any other failure."""
+    result = error.args[0] if isinstance(error, RuntimeError) and error.args else None
+    if not (
+        isinstance(result, CommandResult)
+        and isinstance(result.backend, SshBackend)
+        and result.exit_status == _SSH_FAILED
+    ):
+        return None
+    said: str = result.stderr.strip()
+    return said or f"ssh exited {_SSH_FAILED}"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -109,8 +132,11 @@ class _Collector:
                 "outcome": outcome(report),
                 "phase": report.when,
                 "message": _message(report),
+                UNREACHABLE: dict(report.user_properties).get(UNREACHABLE),
                 "properties": {
-                    str(k): v for k, v in report.user_properties if k != _NOT_APPLICABLE
+                    str(k): v
+                    for k, v in report.user_properties
+                    if k not in (_NOT_APPLICABLE, UNREACHABLE)
                 },
                 "seconds": round(report.duration, 3),
             }
@@ -131,6 +157,7 @@ class _Collector:
                     "outcome": NOT_RUN,
                     "phase": "collect",
                     "message": _message(report),
+                    UNREACHABLE: None,
                     "properties": {},
                     "seconds": 0.0,
                 }

@@ -24,6 +24,9 @@ NOT_RUN = "not run"
 OUTCOMES = ("passed", "failed", "skipped", NOT_RUN)
 """A check's outcome: `skipped` did not apply to the target; `not run` was required and skipped."""
 UNJUDGED = "unjudged"
+UNREACHABLE = "unreachable"
+"""A failed check's field: what ssh said when it lost the host (the check judged nothing about
+the node), None otherwise."""
 _MISSING_CAPABILITY = "target stage: missing capability "
 
 
@@ -43,6 +46,11 @@ class ValidationRun:
 
     def failures(self) -> list[dict[str, Any]]:
         return [c for c in self.report.get("checks", []) if c["outcome"] == "failed"]
+
+    def unreachable(self) -> list[dict[str, Any]]:
+        """Failed checks that never reached their host: the run is an infrastructure failure,
+        not a verdict on the node."""
+        return [c for c in self.failures() if c.get(UNREACHABLE)]
 
     def not_run(self) -> list[dict[str, Any]]:
         return [c for c in self.report.get("checks", []) if c["outcome"] == NOT_RUN]

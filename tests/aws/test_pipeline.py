@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from nodeforge.aws.errors import AwsError, InstanceUnreachableError
 from nodeforge.aws.pipeline import PromoteResult, Validator, promote, ssh_validator
 from nodeforge.catalog.loader import Catalog
 from nodeforge.errors import InputError
+from nodeforge.validate import ValidationRun
 from tests.aws.conftest import IMAGE, REGION, FakeClock, World, failure
 
 PARAMETER = f"/nodeforge/{IMAGE}/p5.48xlarge/ami-id"
@@ -422,7 +423,15 @@ def test_ssh_validation_trusts_no_stale_host_key(
 
     def run_validation(**kwargs: Any) -> Any:
         seen.update(kwargs)
-        return SimpleNamespace(ok=True)
+        report_dir = kwargs["report_dir"]
+        return ValidationRun(
+            ok=True,
+            returncode=0,
+            report={"ok": True, "checks": []},
+            junit=report_dir / "validation-target.xml",
+            json_report=report_dir / "validation-target.json",
+            log=report_dir / "validation-target.log",
+        )
 
     monkeypatch.setattr("nodeforge.aws.pipeline.run_validation", run_validation)
     monkeypatch.setattr("nodeforge.aws.pipeline.wait_for_ssh", lambda *_a, **_k: None)
@@ -434,6 +443,21 @@ def test_ssh_validation_trusts_no_stale_host_key(
     assert "StrictHostKeyChecking=no" in seen["ssh_extra_args"]
     assert "UserKnownHostsFile=/dev/null" in seen["ssh_extra_args"]
     assert (tmp_path / "p5.48xlarge" / "vars.json").is_file()
+
+
+def test_ssh_lost_during_the_suite_is_infrastructure_not_a_verdict(
+    shipped: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the real suite over real ssh to a port where nothing listens: every check fails because
+    # ssh exits 255, which judges nothing about the image
+    monkeypatch.setattr("nodeforge.aws.pipeline.wait_for_ssh", lambda *_a, **_k: None)
+    validate = ssh_validator(shipped, IMAGE, report_root=tmp_path, ssh_user=None)
+    with pytest.raises(InstanceUnreachableError, match=r"SSH lost 127\.0\.0\.1 during") as lost:
+        validate(["127.0.0.1:1"], "p5.48xlarge")
+    assert "ssh: connect to host 127.0.0.1 port 1: Connection refused" in str(lost.value)
+    report = json.loads((tmp_path / "p5.48xlarge" / "validation-target.json").read_text())
+    failed = [c for c in report["checks"] if c["outcome"] == "failed"]
+    assert failed and all(c["unreachable"] for c in failed)
 
 
 def test_a_validator_that_cannot_reach_the_instances_is_infrastructure(

@@ -25,7 +25,7 @@ from nodeforge.errors import InputError
 from nodeforge.outfile import output_folder, write_output
 from nodeforge.render import UserOverrides, render, to_json
 from nodeforge.target import Target, target_for
-from nodeforge.validate import Stage, run_validation
+from nodeforge.validate import UNREACHABLE, Stage, ValidationRun, run_validation
 
 # type stubs, a dev dependency: the installed tool never imports them
 if TYPE_CHECKING:
@@ -438,13 +438,14 @@ def ssh_validator(
     clock: Clock | None = None,
 ) -> Validator:
     """The real validator: the target stage of validation/ over SSH to the instances, once
-    each answers SSH (InstanceUnreachableError when one does not)."""
+    each answers SSH. InstanceUnreachableError when one does not, or when SSH lost a host
+    during the suite: its checks judged nothing, so the AMI is not failed for them."""
 
     def validate(hosts: list[str], profile: str) -> bool:
         target = target_for(catalog, image, profile)
         user = ssh_user or target.os.default_user
         wait_for_ssh(hosts, user, timeout_s=ssh_ready_timeout_s, poll_s=15, clock=clock or Clock())
-        return run_suite(
+        run = run_suite(
             catalog,
             target,
             hosts=",".join(f"ssh://{user}@{host}" for host in hosts),
@@ -454,6 +455,13 @@ def ssh_validator(
             overrides=overrides,
             overrides_path=overrides_path,
         )
+        if lost := run.unreachable():
+            where = sorted({str(c.get("host")) for c in lost})
+            raise InstanceUnreachableError(
+                f"SSH lost {', '.join(where)} during validation ({len(lost)} check(s) could not "
+                f"run: {lost[0][UNREACHABLE]}); reports in {run.json_report.parent}"
+            )
+        return run.ok
 
     return validate
 
@@ -468,17 +476,16 @@ def run_suite(
     overrides: UserOverrides | None = None,
     overrides_path: Path | None = None,
     ssh_extra_args: str | None = None,
-) -> bool:
+) -> ValidationRun:
     """validation/ against testinfra `hosts`, compared with the target's resolved vars (written
     beside the reports, so a failed run can be replayed with `nodeforge validate`)."""
     vars_path = output_folder(report_dir) / "vars.json"
     document = render(catalog, target, overrides=overrides, overrides_path=overrides_path)
     write_output(vars_path, to_json(document))
-    run = run_validation(
+    return run_validation(
         hosts=hosts,
         vars_path=vars_path,
         stage=stage,
         report_dir=report_dir,
         ssh_extra_args=ssh_extra_args,
     )
-    return run.ok

@@ -103,6 +103,6 @@ def stand_in_validator(
             hosts=stand_in.hosts,
             stage=stand_in.stage,
             report_dir=report_root / profile,
-        )
+        ).ok
 
     return validate

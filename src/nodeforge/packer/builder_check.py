@@ -89,7 +89,7 @@ def check_builder(
         target = target_for(catalog, stand_in.image, stand_in.profile)
         hosts = stand_in.builder_hosts or stand_in.hosts
         print(f"{hosts} in place of the builder ({stand_in.image} vars)", flush=True)
-        return run_suite(catalog, target, hosts=hosts, stage="build", report_dir=report_dir)
+        return run_suite(catalog, target, hosts=hosts, stage="build", report_dir=report_dir).ok
     with tempfile.TemporaryDirectory(prefix="nodeforge-builder-") as folder:
         hosts = builder_hosts(environ, Path(folder))
         run = run_validation(hosts=hosts, vars_path=vars_file, stage="build", report_dir=report_dir)
