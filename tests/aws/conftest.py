@@ -168,8 +168,12 @@ class FakeEc2:
                     instance.setdefault("Placement", {})["GroupName"] = group
 
     def protected(self, parsed: dict[str, Any], **_: Any) -> None:
+        """DescribeImages as EC2 answers: DeregistrationProtection, and DeprecationTime where
+        the AMI was deprecated."""
         for image in parsed.get("Images", []):
             image["DeregistrationProtection"] = self.protection.get(image["ImageId"], "disabled")
+            if deprecated := self.deprecated.get(image["ImageId"]):
+                image["DeprecationTime"] = deprecated
 
     def encryption(self, parsed: dict[str, Any], **_: Any) -> None:
         """DescribeSnapshots as EC2 answers for encrypted snapshots: Encrypted and KmsKeyId."""

@@ -189,9 +189,16 @@ def test_prune_dry_run_then_for_real(
     argv = ("prune", IMAGE, "--keep", "1", "--config", str(config_file))
     code, out, _ = _run(capsys, *argv, "--dry-run")
     assert code == 0
-    assert f"{IMAGE}: would delete 1, kept 2" in out
+    assert f"{IMAGE}: would deprecate 1, kept 2" in out
     assert "status built: not judged yet" in out.replace("(untagged)", "built")
-    code, out, err = _run(capsys, *argv, "--json")
+    # deprecated first (7 days by default) ...
+    code, out, err = _run(capsys, *argv)
+    assert code == 0
+    assert f"{IMAGE}: deprecated 1, kept 2" in out
+    assert f"deprecating {old}" in err
+    assert old in world.fake.deprecated
+    # ... and deleted by a prune once it has been deprecated long enough
+    code, out, err = _run(capsys, *argv, "--deprecated-for", "0", "--json")
     assert code == 0
     deleted = [a["ami"] for a in json.loads(out)["amis"] if a["action"] == "delete"]
     assert deleted == [old]

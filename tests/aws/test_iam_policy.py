@@ -19,7 +19,7 @@ import pytest
 
 from nodeforge.aws import tags
 from nodeforge.aws.pipeline import promote
-from nodeforge.aws.prune import prune
+from nodeforge.aws.prune import Policy, prune
 from nodeforge.aws.reap import reap
 from nodeforge.catalog.loader import Catalog
 from tests.aws.conftest import IMAGE, World
@@ -183,8 +183,7 @@ def test_calls_made_against_moto_are_all_scanned_and_granted(
     prune(
         world.clients(**settings),
         image="p5-ubuntu24.04",
-        keep=1,
-        unjudged_after=timedelta(days=7),
+        policy=Policy(keep=1, unjudged_after=timedelta(days=7), deprecated_for=timedelta(0)),
         now=datetime.now(UTC),
         dry_run=False,
     )

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from moto.ec2.models import ec2_backends
 
 from nodeforge.aws import tags
-from nodeforge.aws.prune import PruneResult, prune
+from nodeforge.aws.prune import Policy, PruneResult, prune
 from tests.aws.conftest import ACCOUNT, IMAGE, REGION, World
 
 
@@ -25,15 +25,16 @@ def _amis(world: World, *statuses: str) -> list[tuple[str, str]]:
 NOW = datetime(2026, 11, 10, tzinfo=UTC)
 
 
-def _prune(world: World, *, keep: int, dry_run: bool = False, now: datetime = NOW) -> PruneResult:
-    return prune(
-        world.clients(),
-        image=IMAGE,
-        keep=keep,
-        unjudged_after=timedelta(days=7),
-        now=now,
-        dry_run=dry_run,
-    )
+def _prune(
+    world: World,
+    *,
+    keep: int,
+    dry_run: bool = False,
+    now: datetime = NOW,
+    deprecated_for: timedelta = timedelta(0),
+) -> PruneResult:
+    policy = Policy(keep=keep, unjudged_after=timedelta(days=7), deprecated_for=deprecated_for)
+    return prune(world.clients(), image=IMAGE, policy=policy, now=now, dry_run=dry_run)
 
 
 def _exists(world: World, ami: str) -> bool:
@@ -242,3 +243,48 @@ def test_dry_run_does_not_touch_protection(world: World) -> None:
     assert _decisions(result)[old][0] == "unprotect"
     assert world.fake.protection[old] == "enabled-with-cooldown"
     assert world.fake.operations("DisableImageDeregistrationProtection") == []
+
+
+def test_an_ami_is_deprecated_first_and_deleted_once_deprecated_long_enough(world: World) -> None:
+    world.ec2.deregister_image(ImageId=world.ami_id)
+    (old, snapshot), (failed, _), (_newest, _) = _amis(world, "validated", "failed", "validated")
+    # promote deprecated the failed AMI when it failed
+    world.fake.deprecated[failed] = "2026-11-02T00:02:00Z"
+    week = timedelta(days=7)
+
+    first = _decisions(_prune(world, keep=1, deprecated_for=week))
+    assert first[old] == (
+        "deprecate",
+        [
+            "validated, older than the newest 1",
+            "deprecated now, deleted by a prune from 2026-11-17",
+        ],
+    )
+    assert first[failed][0] == "delete"  # deprecated on 2026-11-02: more than a week ago
+    assert world.fake.deprecated[old] == "2026-11-10T00:02:00Z"
+    assert _exists(world, old) and _snapshot_exists(world, snapshot)
+
+    later = datetime(2026, 11, 15, tzinfo=UTC)
+    second = _decisions(_prune(world, keep=1, deprecated_for=week, now=later))
+    assert second[old] == (
+        "keep",
+        [
+            "validated, older than the newest 1",
+            "deprecated since 2026-11-10, deleted by a prune from 2026-11-17",
+        ],
+    )
+    assert _exists(world, old)
+
+    third = _decisions(_prune(world, keep=1, deprecated_for=week, now=later + timedelta(days=3)))
+    assert third[old][0] == "delete"
+    assert not _exists(world, old) and not _snapshot_exists(world, snapshot)
+
+
+def test_an_end_of_life_in_the_future_is_brought_forward(world: World) -> None:
+    # deprecate_after_days scheduled the published AMI's deprecation a year ahead
+    world.ec2.deregister_image(ImageId=world.ami_id)
+    (old, _), (_newest, _) = _amis(world, "validated", "validated")
+    world.fake.deprecated[old] = "2027-11-01T00:00:00Z"
+    decisions = _decisions(_prune(world, keep=1, deprecated_for=timedelta(days=7)))
+    assert decisions[old][0] == "deprecate"
+    assert world.fake.deprecated[old] == "2026-11-10T00:02:00Z"

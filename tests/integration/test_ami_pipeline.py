@@ -316,7 +316,17 @@ def test_build_promote_publish_then_prune(account: Account, unbooted: str) -> No
     first_snapshot = first_image["BlockDeviceMappings"][0]["Ebs"]["SnapshotId"]
 
     pruned = subprocess.run(
-        account.argv("prune", IMAGE, "--keep", "1", "--config", str(account.config), "--json"),
+        account.argv(
+            "prune",
+            IMAGE,
+            "--keep",
+            "1",
+            "--deprecated-for",
+            "0",
+            "--config",
+            str(account.config),
+            "--json",
+        ),
         cwd=REPO,
         env=account.env({}),
         capture_output=True,

@@ -16,6 +16,7 @@ from nodeforge.aws import tags
 from nodeforge.aws.clients import AwsClients
 from nodeforge.aws.encryption import snapshot_ids
 from nodeforge.aws.errors import aws_error
+from nodeforge.aws.publish import deprecate_soon
 
 # type stubs, a dev dependency: the installed tool never imports them
 if TYPE_CHECKING:
@@ -56,15 +57,26 @@ _REFERENCE_NAMES: dict[str, str] = {
 
 
 @dataclass(frozen=True)
+class Policy:
+    keep: int
+    """The newest validated AMIs that stay."""
+    unjudged_after: timedelta
+    """An AMI this old that no promote judged was left by one that did not finish."""
+    deprecated_for: timedelta
+    """How long an AMI is deprecated before a prune deletes it (zero: deleted at once)."""
+
+
+@dataclass(frozen=True)
 class Decision:
     region: str
     ami: str
     name: str
     created: str
     status: str
-    action: Literal["keep", "delete", "unprotect"]
-    """unprotect: its deregistration protection has a cooldown; disabled now, the AMI can be
-    deleted by a prune 24 hours later."""
+    action: Literal["keep", "deprecate", "delete", "unprotect"]
+    """deprecate: to go, but not deprecated yet: deprecated now, deleted by a prune once it has
+    been deprecated for the policy's time. unprotect: its deregistration protection has a
+    cooldown; disabled now, the AMI can be deleted by a prune 24 hours later."""
     reasons: list[str]
     snapshots: list[str] = field(default_factory=list)
     """Deleted with the AMI (none for a kept one): planned, and once applied those EC2 reports
@@ -76,16 +88,16 @@ class Decision:
 @dataclass
 class PruneResult:
     image: str
-    keep: int
-    unjudged_after: timedelta
+    policy: Policy
     dry_run: bool
     decisions: list[Decision] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "image": self.image,
-            "keep": self.keep,
-            "unjudged_after_days": self.unjudged_after.days,
+            "keep": self.policy.keep,
+            "unjudged_after_days": self.policy.unjudged_after.days,
+            "deprecated_for_days": self.policy.deprecated_for.days,
             "dry_run": self.dry_run,
             "amis": [
                 {
@@ -108,32 +120,28 @@ def prune(
     clients: AwsClients,
     *,
     image: str,
-    keep: int,
-    unjudged_after: timedelta,
+    policy: Policy,
     now: datetime,
     dry_run: bool,
     progress: Callable[[str], None] = lambda _line: None,
 ) -> PruneResult:
     """Decide per AMI in the home region and every copy region, then act unless `dry_run`."""
-    result = PruneResult(image=image, keep=keep, unjudged_after=unjudged_after, dry_run=dry_run)
+    result = PruneResult(image=image, policy=policy, dry_run=dry_run)
     config = clients.config
     try:
         for region in (config.region, *config.copy_regions):
             ec2 = clients.ec2 if region == config.region else clients.ec2_in(region)
-            decisions = plan(
-                ec2, region=region, image=image, keep=keep, unjudged_before=now - unjudged_after
-            )
-            result.decisions += decisions if dry_run else _apply(ec2, decisions, progress)
+            decisions = plan(ec2, region=region, image=image, policy=policy, now=now)
+            result.decisions += decisions if dry_run else _apply(ec2, decisions, now, progress)
     except (ClientError, BotoCoreError) as exc:
         raise aws_error(exc, f"pruning {image}") from None
     return result
 
 
 def plan(
-    ec2: EC2Client, *, region: str, image: str, keep: int, unjudged_before: datetime
+    ec2: EC2Client, *, region: str, image: str, policy: Policy, now: datetime
 ) -> list[Decision]:
-    """What to do with each AMI of the image in the region; an AMI created before
-    `unjudged_before` that was never judged is left from a promote that did not finish."""
+    """What to do with each AMI of the image in the region."""
     images = _images_of(ec2, image)
     references = _references(ec2, [i["ImageId"] for i in images])
     validated = sorted(
@@ -141,13 +149,14 @@ def plan(
         key=lambda i: i.get("CreationDate", ""),
         reverse=True,
     )
+    keep = policy.keep
     newest = {i["ImageId"] for i in validated[:keep]}
     judged: list[tuple[ImageTypeDef, list[str]]] = []  # each AMI with its reasons to stay
     for ami in sorted(images, key=lambda i: i.get("CreationDate", ""), reverse=True):
         why = list(references.get(ami["ImageId"], []))
         if ami["ImageId"] in newest:
             why.insert(0, f"one of the newest {keep} validated")
-        if not _judged(ami) and _created(ami) >= unjudged_before:
+        if not _judged(ami) and _created(ami) >= now - policy.unjudged_after:
             why.append(
                 f"status {_status(ami) or '(untagged)'}: not judged yet, a promote may be running"
             )
@@ -156,11 +165,27 @@ def plan(
             why.append(f"deregistration protection cooling down ({protection})")
         judged.append((ami, why))
     # two AMIs can share a snapshot (a copy within the region): one that stays keeps it
-    staying = {s for ami, why in judged if why or _cools_down(ami) for s in snapshot_ids(ami)}
+    staying = {
+        s
+        for ami, why in judged
+        if why or _cools_down(ami) or _stage(ami, policy, now) != "delete"
+        for s in snapshot_ids(ami)
+    }
     decisions = []
     for ami, why in judged:
         reasons = why or [_why_it_goes(ami, keep)]
-        action: Literal["keep", "delete", "unprotect"] = "keep" if why else "delete"
+        action: Literal["keep", "deprecate", "delete", "unprotect"] = (
+            "keep" if why else _stage(ami, policy, now)
+        )
+        if action == "deprecate":
+            reasons.append(
+                f"deprecated now, deleted by a prune from {_date(now + policy.deprecated_for)}"
+            )
+        if action == "keep" and not why and (since := _deprecated_since(ami)):
+            reasons.append(
+                f"deprecated since {_date(since)}, deleted by a prune from "
+                f"{_date(since + policy.deprecated_for)}"
+            )
         if action == "delete" and _cools_down(ami):
             action = "unprotect"
             reasons.append("protected with a 24 h cooldown: disabled now, deleted by a later prune")
@@ -181,6 +206,29 @@ def plan(
             )
         )
     return decisions
+
+
+def _stage(
+    ami: ImageTypeDef, policy: Policy, now: datetime
+) -> Literal["deprecate", "keep", "delete"]:
+    """Where an AMI that is to go stands: not deprecated yet (deprecate it), deprecated for less
+    than the policy's time (wait), or long enough (delete it)."""
+    if not policy.deprecated_for:
+        return "delete"
+    since = _deprecated_since(ami)
+    if since is None or since > now:
+        return "deprecate"
+    return "delete" if since <= now - policy.deprecated_for else "keep"
+
+
+def _deprecated_since(ami: ImageTypeDef) -> datetime | None:
+    """When EC2 deprecated (or will deprecate) the AMI; DescribeImages' DeprecationTime."""
+    value = ami.get("DeprecationTime")
+    return datetime.fromisoformat(value) if value else None
+
+
+def _date(moment: datetime) -> str:
+    return moment.date().isoformat()
 
 
 def _why_it_goes(ami: ImageTypeDef, keep: int) -> str:
@@ -231,14 +279,15 @@ def _references(ec2: EC2Client, ami_ids: list[str]) -> dict[str, list[str]]:
 
 
 def _apply(
-    ec2: EC2Client, decisions: list[Decision], progress: Callable[[str], None]
+    ec2: EC2Client, decisions: list[Decision], now: datetime, progress: Callable[[str], None]
 ) -> list[Decision]:
     """Act on the decisions; each deleted AMI with the snapshots EC2 deleted with it."""
     done = []
     for decision in decisions:
-        if decision.action != "keep" and (
-            decision.action == "unprotect" or decision.unprotect_first
-        ):
+        if decision.action == "deprecate":
+            progress(f"{decision.region}: deprecating {decision.ami} ({decision.reasons[0]})")
+            deprecate_soon(ec2, decision.ami, now)
+        if decision.action == "unprotect" or decision.unprotect_first:
             progress(f"{decision.region}: disabling deregistration protection of {decision.ami}")
             ec2.disable_image_deregistration_protection(ImageId=decision.ami)
         if decision.action != "delete":

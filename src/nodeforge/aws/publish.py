@@ -73,7 +73,12 @@ def mark_failed(ec2: EC2Client, ami_id: str, *, run_id: str, profile: str, now: 
             {tags.STATUS: tags.FAILED, tags.RUN_ID: run_id, tags.FAILED_PROFILE: profile}
         ),
     )
-    # EC2 refuses a deprecation time in the past and rounds to the minute: a little ahead
+    deprecate_soon(ec2, ami_id, now)
+
+
+def deprecate_soon(ec2: EC2Client, ami_id: str, now: datetime) -> None:
+    """Deprecate the AMI now, as EC2 allows: it refuses a time in the past and rounds to the
+    minute, so a little ahead."""
     deprecate_at = now.replace(second=0, microsecond=0) + timedelta(minutes=2)
     ec2.enable_image_deprecation(ImageId=ami_id, DeprecateAt=deprecate_at)
 

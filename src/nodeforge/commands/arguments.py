@@ -219,6 +219,14 @@ def _add_aws_parsers(sub: argparse._SubParsersAction[P], common: P) -> None:
         help="an AMI this old that no promote judged is left from one that did not finish: "
         "it goes too (default: %(default)s)",
     )
+    p.add_argument(
+        "--deprecated-for",
+        type=int,
+        default=7,
+        metavar="DAYS",
+        help="an AMI to go is deprecated first and deleted by a prune once it has been "
+        "deprecated this long; 0 deletes at once (default: %(default)s)",
+    )
     _add_pipeline_config(p)
     p.add_argument(
         "--dry-run", action="store_true", help="say what would go, and why the rest stays"

@@ -17,6 +17,7 @@ from nodeforge.aws.config import load_config
 from nodeforge.aws.errors import AwsError
 from nodeforge.aws.pipeline import promote as promote_ami
 from nodeforge.aws.pipeline import ssh_validator
+from nodeforge.aws.prune import Policy
 from nodeforge.aws.prune import prune as prune_amis
 from nodeforge.aws.reap import reap as reap_runs
 from nodeforge.catalog.loader import Catalog
@@ -117,6 +118,15 @@ def reap(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+# What prune does to the AMIs it does not keep, by action, in the order the summary names them:
+# (after a dry run, after a real one).
+_PRUNE_VERBS = {
+    "delete": ("would delete", "deleted"),
+    "deprecate": ("would deprecate", "deprecated"),
+    "unprotect": ("would unprotect", "unprotected"),
+}
+
+
 def prune(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     if args.keep < 1:
         raise InputError(
@@ -131,13 +141,22 @@ def prune(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
             field="--unjudged-after",
             fix="give at least 1 day, more than a promote runs",
         )
+    if args.deprecated_for < 0:
+        raise InputError(
+            f"--deprecated-for {args.deprecated_for} is in the past",
+            field="--deprecated-for",
+            fix="give 0 (delete at once) or more days",
+        )
     config = load_config(args.config, image_of(catalog, args.image))
     try:
         result = prune_amis(
             clients_for(aws_session(config.region), config),
             image=args.image,
-            keep=args.keep,
-            unjudged_after=timedelta(days=args.unjudged_after),
+            policy=Policy(
+                keep=args.keep,
+                unjudged_after=timedelta(days=args.unjudged_after),
+                deprecated_for=timedelta(days=args.deprecated_for),
+            ),
             now=datetime.now(UTC),
             dry_run=args.dry_run,
             progress=stderr_progress(),
@@ -152,13 +171,13 @@ def prune(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         [d.region, d.ami, d.created[:10], d.status or "-", d.action, "; ".join(d.reasons)]
         for d in result.decisions
     ]
-    deleted = sum(d.action == "delete" for d in result.decisions)
-    unprotected = sum(d.action == "unprotect" for d in result.decisions)
-    verb = "would delete" if args.dry_run else "deleted"
-    cooling = f", {'would unprotect' if args.dry_run else 'unprotected'} {unprotected}"
+    counts = {a: sum(d.action == a for d in result.decisions) for a in _PRUNE_VERBS}
+    done = [
+        f"{verbs[not args.dry_run]} {counts[a]}" for a, verbs in _PRUNE_VERBS.items() if counts[a]
+    ]
     out.write(
         text_table(["region", "ami", "created", "status", "action", "why"], rows)
-        + f"\n\n{args.image}: {verb} {deleted}{cooling if unprotected else ''}, "
-        f"kept {len(rows) - deleted - unprotected}\n"
+        + f"\n\n{args.image}: {', '.join(done) or 'nothing to do'}, "
+        f"kept {len(rows) - sum(counts.values())}\n"
     )
     return EXIT_OK
