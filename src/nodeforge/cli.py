@@ -124,13 +124,20 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             return machines.build(catalog, args, out)
         return machines.validate(catalog, args, out)
     if command in ("promote", "reap", "prune"):
+        from nodeforge.aws.errors import AwsError
         from nodeforge.commands import aws as aws_commands
 
-        if command == "promote":
-            return aws_commands.promote(catalog, args, out)
-        if command == "reap":
-            return aws_commands.reap(catalog, args, out)
-        return aws_commands.prune(catalog, args, out)
+        run = {
+            "promote": aws_commands.promote,
+            "reap": aws_commands.reap,
+            "prune": aws_commands.prune,
+        }[command]
+        try:
+            return run(catalog, args, out)
+        except AwsError as exc:
+            # AWS refused or failed a call: what it said and what to do, not a traceback
+            print(f"nodeforge: {command} failed: {exc}", file=sys.stderr)
+            return EXIT_VIOLATIONS
     if command == "outdated":
         from nodeforge.commands import outdated as outdated_commands
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TextIO, TypeVar
@@ -14,7 +13,6 @@ import boto3
 
 from nodeforge.aws.clients import clients_for
 from nodeforge.aws.config import load_config
-from nodeforge.aws.errors import AwsError
 from nodeforge.aws.pipeline import promote as promote_ami
 from nodeforge.aws.pipeline import ssh_validator
 from nodeforge.aws.prune import Policy
@@ -55,22 +53,18 @@ def promote(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         overrides_path=args.vars,
         ssh_ready_timeout_s=config.ssh_ready_timeout_s,
     )
-    try:
-        result = promote_ami(
-            clients_for(aws_session(config.region), config),
-            image=args.image,
-            ami_id=args.ami,
-            profiles=[t.profile for t in targets],
-            validate=validate,
-            progress=stderr_progress(),
-            config_path=args.config,
-            profile_files={
-                t.profile.name: catalog.file_of("profiles", t.profile.name) for t in targets
-            },
-        )
-    except AwsError as exc:
-        print(f"nodeforge: promote failed: {exc}", file=sys.stderr)
-        return EXIT_VIOLATIONS
+    result = promote_ami(
+        clients_for(aws_session(config.region), config),
+        image=args.image,
+        ami_id=args.ami,
+        profiles=[t.profile for t in targets],
+        validate=validate,
+        progress=stderr_progress(),
+        config_path=args.config,
+        profile_files={
+            t.profile.name: catalog.file_of("profiles", t.profile.name) for t in targets
+        },
+    )
     code = EXIT_OK if result.status == "published" else EXIT_VIOLATIONS
     if args.json:
         out.write(to_json(result.to_json()))
@@ -96,17 +90,13 @@ def promote(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
 
 def reap(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     config = load_config(args.config, image_of(catalog, args.image))
-    try:
-        found = reap_runs(
-            clients_for(aws_session(config.region), config),
-            image=args.image,
-            now=datetime.now(UTC),
-            dry_run=args.dry_run,
-            progress=stderr_progress(),
-        )
-    except AwsError as exc:
-        print(f"nodeforge: reap failed: {exc}", file=sys.stderr)
-        return EXIT_VIOLATIONS
+    found = reap_runs(
+        clients_for(aws_session(config.region), config),
+        image=args.image,
+        now=datetime.now(UTC),
+        dry_run=args.dry_run,
+        progress=stderr_progress(),
+    )
     if args.json:
         out.write(to_json({"image": args.image, "found": [r.to_json() for r in found]}))
         return EXIT_OK
@@ -148,22 +138,18 @@ def prune(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
             fix="give 0 (delete at once) or more days",
         )
     config = load_config(args.config, image_of(catalog, args.image))
-    try:
-        result = prune_amis(
-            clients_for(aws_session(config.region), config),
-            image=args.image,
-            policy=Policy(
-                keep=args.keep,
-                unjudged_after=timedelta(days=args.unjudged_after),
-                deprecated_for=timedelta(days=args.deprecated_for),
-            ),
-            now=datetime.now(UTC),
-            dry_run=args.dry_run,
-            progress=stderr_progress(),
-        )
-    except AwsError as exc:
-        print(f"nodeforge: prune failed: {exc}", file=sys.stderr)
-        return EXIT_VIOLATIONS
+    result = prune_amis(
+        clients_for(aws_session(config.region), config),
+        image=args.image,
+        policy=Policy(
+            keep=args.keep,
+            unjudged_after=timedelta(days=args.unjudged_after),
+            deprecated_for=timedelta(days=args.deprecated_for),
+        ),
+        now=datetime.now(UTC),
+        dry_run=args.dry_run,
+        progress=stderr_progress(),
+    )
     if args.json:
         out.write(to_json(result.to_json()))
         return EXIT_OK
