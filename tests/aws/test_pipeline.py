@@ -390,6 +390,9 @@ def test_a_customer_key_is_granted_to_the_consumer_in_every_region(
     assert result.status == "published"
     (copy_request,) = world.fake.operations("CopyImage")
     assert (copy_request["Encrypted"], copy_request["KmsKeyId"]) == (True, west_key)
+    # each AMI's snapshot keys are read once: the source's by the check before launch, which the
+    # publish reuses, and the copy's
+    assert len(world.fake.operations("DescribeSnapshots")) == 2
     for client, key in ((kms, home_key), (west_kms, west_key)):
         [grant] = client.list_grants(KeyId=key)["Grants"]
         assert grant["GranteePrincipal"] == f"arn:aws:iam::{PARTNER}:root"

@@ -162,7 +162,7 @@ def promote(
     result = PromoteResult(image=image, ami=ami_id, region=clients.config.region, run_id=run_id)
     try:
         source = _checked_ami(clients, ami_id, image, profiles)
-        _check_shareable(clients, source, config_path)
+        source_keys = _check_shareable(clients, source, config_path)
         layouts = profile_layouts(
             clients.ec2,
             profiles,
@@ -200,7 +200,7 @@ def promote(
             publish.mark_failed(clients.ec2, ami_id, run_id=run_id, profile=failed, now=clock.now())
         elif all(run.outcome in _PASSED for run in result.runs):
             names = [p.name for p in profiles]
-            _publish(clients, source, result, names, progress=progress, clock=clock)
+            _publish(clients, source, source_keys, result, names, progress=progress, clock=clock)
         else:
             progress(f"infrastructure failed: {ami_id} stays {tags.STATUS}=built for a re-run")
     except ClientError as exc:
@@ -257,12 +257,15 @@ def _checked_ami(
     return ami
 
 
-def _check_shareable(clients: AwsClients, source: ImageTypeDef, config_path: Path | None) -> None:
+def _check_shareable(
+    clients: AwsClients, source: ImageTypeDef, config_path: Path | None
+) -> list[str]:
     """Before any instance starts: every key the shared AMI and its copies are encrypted with
-    can be granted to other accounts (aws/ebs cannot)."""
+    can be granted to other accounts (aws/ebs cannot). The keys of the AMI's snapshots (none
+    read when nothing is shared)."""
     config = clients.config
     if not config.shares:
-        return
+        return []
     ami_id = source["ImageId"]
     fix = (
         "build the AMI with a customer managed KMS key (`nodeforge build --kms-key-id`), or "
@@ -290,6 +293,7 @@ def _check_shareable(clients: AwsClients, source: ImageTypeDef, config_path: Pat
                 field=f"copy_kms_key_ids.{region}",
                 fix=f"name a customer managed key of {region} there",
             )
+    return source_keys
 
 
 def _run_profile(
@@ -378,6 +382,7 @@ def _run_profile(
 def _publish(
     clients: AwsClients,
     source: ImageTypeDef,
+    source_keys: list[str],
     result: PromoteResult,
     profiles: list[str],
     *,
@@ -398,14 +403,15 @@ def _publish(
     )
     if config.shares:
         progress(f"sharing {ami_id} with {', '.join(config.shares)}")
-        publish.share(clients.ec2, clients.kms_in(config.region), source, config)
+        publish.share(clients.ec2, clients.kms_in(config.region), source, source_keys, config)
         result.shared_with = config.shares
     if config.copy_regions:
         progress(f"copying {ami_id} to {', '.join(config.copy_regions)}")
         result.copies = publish.copy_to_regions(clients, source, result.run_id)
         progress(f"waiting for {', '.join(result.copies.values())} to become available")
         for region, copy in publish.wait_for_copies(clients, result.copies, clock).items():
-            publish.share(clients.ec2_in(region), clients.kms_in(region), copy, config)
+            copy_keys = encryption.snapshot_keys(clients.ec2_in(region), copy)
+            publish.share(clients.ec2_in(region), clients.kms_in(region), copy, copy_keys, config)
             publish.mark_validated(clients.ec2_in(region), copy["ImageId"], result.run_id)
             if end_of_life is not None:
                 publish.schedule_deprecation(clients.ec2_in(region), copy["ImageId"], end_of_life)

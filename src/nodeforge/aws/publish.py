@@ -83,9 +83,16 @@ def deprecate_soon(ec2: EC2Client, ami_id: str, now: datetime) -> None:
     ec2.enable_image_deprecation(ImageId=ami_id, DeprecateAt=deprecate_at)
 
 
-def share(ec2: EC2Client, kms: KMSClient, image: ImageTypeDef, config: PipelineConfig) -> None:
+def share(
+    ec2: EC2Client,
+    kms: KMSClient,
+    image: ImageTypeDef,
+    snapshot_keys: Sequence[str],
+    config: PipelineConfig,
+) -> None:
     """The config's accounts, organizations and organizational units may launch the AMI: a KMS
-    grant for each account on every customer managed key of its snapshots (pipeline checks
+    grant for each account on every customer managed key of its snapshots (`snapshot_keys`,
+    encryption.snapshot_keys; pipeline checks
     refused AWS managed ones before anything ran; an organization is let in by the key's policy,
     see docs/aws-pipeline.md), then the launch permission. The snapshots need no create-volume
     permission: the launch permission covers them. Each step finds what an earlier run did, so
@@ -93,7 +100,7 @@ def share(ec2: EC2Client, kms: KMSClient, image: ImageTypeDef, config: PipelineC
     if not config.shares:
         return
     if config.share_accounts:
-        for key in encryption.snapshot_keys(ec2, image):
+        for key in snapshot_keys:
             encryption.grant_accounts(kms, key, config.share_accounts)
     permissions: list[LaunchPermissionTypeDef] = []
     permissions += [{"UserId": account} for account in config.share_accounts]
