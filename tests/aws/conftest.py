@@ -2,7 +2,7 @@
 group, and an AMI of the image as Packer leaves it (tagged nodeforge:image, status built).
 
 moto does not implement placement groups, capacity reservations, image deprecation,
-deregistration protection or image references, ignores DeregisterImage's
+deregistration protection, image references or image usage reports, ignores DeregisterImage's
 DeleteAssociatedSnapshots, CopyImage's TagSpecifications and instances' placement groups, models no
 snapshot encryption and calls every KMS key customer managed: `FakeEc2` answers or completes those
 calls through botocore `before-call`/`after-call` hooks on the session (the image calls through
@@ -60,6 +60,10 @@ class FakeEc2:
     """Keys DescribeKey reports as AWS managed: moto calls every key, aws/ebs too, CUSTOMER."""
     protection: dict[str, str] = field(default_factory=dict)
     """AMI id -> DescribeImages' DeregistrationProtection, where not "disabled"."""
+    usage_reports: list[dict[str, Any]] = field(default_factory=list)
+    """What DescribeImageUsageReports answers; CreateImageUsageReport adds a pending one."""
+    usage_entries: list[dict[str, Any]] = field(default_factory=list)
+    """What DescribeImageUsageReportEntries answers, by ReportId."""
 
     def operations(self, name: str) -> list[dict[str, Any]]:
         return [params for _, op, params in self.calls if op == name]
@@ -123,6 +127,28 @@ class FakeEc2:
             region = params["context"]["client_region"]
             results = deregister_with_snapshots(ACCOUNT, region, body["ImageId"])
             return ok({"Return": True, "DeleteSnapshotResults": results})
+        if model.name == "CreateImageUsageReport":
+            report_id = f"amiur-{len(self.usage_reports) + 1:017x}"
+            self.usage_reports.append(
+                {
+                    "ReportId": report_id,
+                    "ImageId": body["ImageId"],
+                    "State": "pending",
+                    "CreationTime": datetime.now(UTC),
+                }
+            )
+            return ok({"ReportId": report_id})
+        if model.name == "DescribeImageUsageReports":
+            [request] = self.operations("DescribeImageUsageReports")[-1:]
+            images = set(request.get("ImageIds", []))
+            return ok(
+                {"ImageUsageReports": [r for r in self.usage_reports if r["ImageId"] in images]}
+            )
+        if model.name == "DescribeImageUsageReportEntries":
+            [request] = self.operations("DescribeImageUsageReportEntries")[-1:]
+            reports = set(request.get("ReportIds", []))
+            found = [e for e in self.usage_entries if e["ReportId"] in reports]
+            return ok({"ImageUsageReportEntries": found})
         if model.name == "DescribeImageReferences":
             [request] = self.operations("DescribeImageReferences")[-1:]
             region = params["context"]["client_region"]
@@ -320,6 +346,9 @@ def fake_session(fake: FakeEc2) -> boto3.Session:
         "DisableImageDeregistrationProtection",
         "DeregisterImage",
         "DescribeImageReferences",
+        "CreateImageUsageReport",
+        "DescribeImageUsageReports",
+        "DescribeImageUsageReportEntries",
     ):
         session.events.register(f"before-call.ec2.{operation}", fake.answer)
     session.events.register("after-call.ec2.CopyImage", fake.tag_copy)

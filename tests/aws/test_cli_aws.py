@@ -197,7 +197,16 @@ def test_prune_dry_run_then_for_real(
     assert f"{IMAGE}: deprecated 1, kept 2" in out
     assert f"deprecating {old}" in err
     assert old in world.fake.deprecated
-    # ... and deleted by a prune once it has been deprecated long enough
+    # ... due once it has been deprecated long enough; shared, it waits for a usage report ...
+    code, out, err = _run(capsys, *argv, "--deprecated-for", "0", "--json")
+    assert code == 0
+    [asked] = [a for a in json.loads(out)["amis"] if a["ami"] == old]
+    assert (asked["action"], asked["usage_report"]) == ("keep", True)
+    assert f"asking EC2 which accounts use {old}" in err
+    # ... and goes once the report shows no other account launches it
+    [report] = world.fake.usage_reports
+    assert report["ImageId"] == old
+    report["State"] = "available"
     code, out, err = _run(capsys, *argv, "--deprecated-for", "0", "--json")
     assert code == 0
     deleted = [a["ami"] for a in json.loads(out)["amis"] if a["action"] == "delete"]

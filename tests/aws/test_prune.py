@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from moto.ec2.models import ec2_backends
 
@@ -32,9 +33,10 @@ def _prune(
     dry_run: bool = False,
     now: datetime = NOW,
     deprecated_for: timedelta = timedelta(0),
+    **settings: Any,
 ) -> PruneResult:
     policy = Policy(keep=keep, unjudged_after=timedelta(days=7), deprecated_for=deprecated_for)
-    return prune(world.clients(), image=IMAGE, policy=policy, now=now, dry_run=dry_run)
+    return prune(world.clients(**settings), image=IMAGE, policy=policy, now=now, dry_run=dry_run)
 
 
 def _exists(world: World, ami: str) -> bool:
@@ -288,3 +290,117 @@ def test_an_end_of_life_in_the_future_is_brought_forward(world: World) -> None:
     decisions = _decisions(_prune(world, keep=1, deprecated_for=timedelta(days=7)))
     assert decisions[old][0] == "deprecate"
     assert world.fake.deprecated[old] == "2026-11-10T00:02:00Z"
+
+
+PARTNER = "111122223333"
+
+
+def _shared_old_ami(world: World) -> tuple[str, str]:
+    """A published (validated, shared) AMI older than the newest one, deprecated long ago:
+    (ami, snapshot)."""
+    world.ec2.deregister_image(ImageId=world.ami_id)
+    (old, snapshot), (_newest, _) = _amis(world, "validated", "validated")
+    world.fake.deprecated[old] = "2026-11-01T00:02:00Z"
+    return old, snapshot
+
+
+def _shared_prune(world: World) -> dict[str, tuple[str, list[str]]]:
+    return _decisions(
+        _prune(world, keep=1, deprecated_for=timedelta(days=7), share_accounts=[PARTNER])
+    )
+
+
+def _report(world: World, ami: str, state: str, created: datetime, **extra: str) -> str:
+    report_id = f"amiur-{len(world.fake.usage_reports) + 100:017x}"
+    world.fake.usage_reports.append(
+        {"ReportId": report_id, "ImageId": ami, "State": state, "CreationTime": created, **extra}
+    )
+    return report_id
+
+
+def test_a_shared_ami_waits_for_a_usage_report(world: World) -> None:
+    old, _ = _shared_old_ami(world)
+    decisions = _shared_prune(world)
+    assert decisions[old][0] == "keep"
+    assert "asked EC2 for a usage report" in decisions[old][1][0]
+    [asked] = world.fake.operations("CreateImageUsageReport")
+    assert asked["ImageId"] == old
+    assert {t["ResourceType"] for t in asked["ResourceTypes"]} == {
+        "ec2:Instance",
+        "ec2:LaunchTemplate",
+    }
+    assert _exists(world, old)
+
+    # while EC2 makes it: kept, and no second report asked for
+    world.fake.usage_reports[0]["CreationTime"] = NOW - timedelta(hours=1)
+    decisions = _shared_prune(world)
+    assert decisions[old] == (
+        "keep",
+        [f"shared: usage report {world.fake.usage_reports[0]['ReportId']} is pending"],
+    )
+    assert len(world.fake.operations("CreateImageUsageReport")) == 1
+
+
+def test_a_shared_ami_another_account_launches_stays(world: World) -> None:
+    old, _ = _shared_old_ami(world)
+    report = _report(world, old, "available", NOW - timedelta(days=1))
+    world.fake.usage_entries += [
+        {
+            "ReportId": report,
+            "ImageId": old,
+            "AccountId": PARTNER,
+            "ResourceType": "ec2:Instance",
+            "UsageCount": 3,
+        },
+        # the owner's own use is what DescribeImageReferences judges
+        {
+            "ReportId": report,
+            "ImageId": old,
+            "AccountId": ACCOUNT,
+            "ResourceType": "ec2:Instance",
+            "UsageCount": 1,
+        },
+    ]
+    decisions = _shared_prune(world)
+    assert decisions[old] == (
+        "keep",
+        [f"used in account {PARTNER}: 3 ec2:Instance (usage report {report} of 2026-11-09)"],
+    )
+    assert world.fake.operations("CreateImageUsageReport") == []
+    assert _exists(world, old)
+
+
+def test_a_shared_ami_no_other_account_uses_goes(world: World) -> None:
+    old, snapshot = _shared_old_ami(world)
+    report = _report(world, old, "available", NOW - timedelta(days=1))
+    world.fake.usage_entries.append(
+        {
+            "ReportId": report,
+            "ImageId": old,
+            "AccountId": ACCOUNT,
+            "ResourceType": "ec2:Instance",
+            "UsageCount": 1,
+        }
+    )
+    assert _shared_prune(world)[old][0] == "delete"
+    assert not _exists(world, old) and not _snapshot_exists(world, snapshot)
+
+
+def test_a_stale_or_failed_usage_report_is_asked_for_again(world: World) -> None:
+    old, _ = _shared_old_ami(world)
+    # older than USAGE_REPORT_FRESH: it may not show who started launching it since
+    _report(world, old, "available", NOW - timedelta(days=4))
+    assert "asked EC2 for a usage report" in _shared_prune(world)[old][1][0]
+    world.fake.usage_reports.clear()
+    _report(world, old, "error", NOW - timedelta(hours=2), StateReason="internal error")
+    [why] = _shared_prune(world)[old][1]
+    assert "(the last failed: internal error)" in why
+    assert len(world.fake.operations("CreateImageUsageReport")) == 2
+    assert _exists(world, old)
+
+
+def test_usage_reports_only_for_shared_images(world: World) -> None:
+    old, _ = _shared_old_ami(world)
+    decisions = _decisions(_prune(world, keep=1, deprecated_for=timedelta(days=7)))
+    assert decisions[old][0] == "delete"
+    assert world.fake.operations("DescribeImageUsageReports") == []

@@ -21,7 +21,12 @@ from nodeforge.aws.publish import deprecate_soon
 # type stubs, a dev dependency: the installed tool never imports them
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
-    from mypy_boto3_ec2.type_defs import ImageTypeDef, ResourceTypeRequestTypeDef
+    from mypy_boto3_ec2.type_defs import (
+        ImageTypeDef,
+        ImageUsageReportEntryTypeDef,
+        ImageUsageReportTypeDef,
+        ResourceTypeRequestTypeDef,
+    )
 
 # DescribeImages' DeregistrationProtection: "disabled", "enabled", "enabled-with-cooldown", and
 # "disabled-until <time>" for the 24 hours after protection with cooldown was disabled.
@@ -32,6 +37,10 @@ _COOLING_DOWN = "disabled-until"
 # while they exist or may start again, and (EC2's default) the 10 newest versions of each launch
 # template. A launch template that names an SSM parameter holds the AMI through the parameter.
 _REFERENCE_BATCH = 10
+_USAGE_BATCH = 200  # DescribeImageUsageReports' most ImageIds a call
+USAGE_REPORT_FRESH = timedelta(days=3)
+"""How old a usage report may be for prune to delete a shared AMI by it. EC2 notes that a report
+may miss the last day of instance launches and the last few days of launch template changes."""
 _REFERENCE_TYPES: list[ResourceTypeRequestTypeDef] = [
     {
         "ResourceType": "ec2:Instance",
@@ -83,6 +92,9 @@ class Decision:
     deleted (it skips one that another AMI still uses)."""
     unprotect_first: bool = False
     """A protected AMI to delete: protection (without cooldown) is disabled first."""
+    usage_report: bool = False
+    """A shared AMI due for deletion without a recent usage report: EC2 is asked for one (which
+    accounts still launch it), and a later prune deletes the AMI once it shows no such account."""
 
 
 @dataclass
@@ -110,6 +122,7 @@ class PruneResult:
                     "reasons": d.reasons,
                     "snapshots": d.snapshots,
                     "unprotect_first": d.unprotect_first,
+                    "usage_report": d.usage_report,
                 }
                 for d in self.decisions
             ],
@@ -131,7 +144,9 @@ def prune(
     try:
         for region in (config.region, *config.copy_regions):
             ec2 = clients.ec2 if region == config.region else clients.ec2_in(region)
-            decisions = plan(ec2, region=region, image=image, policy=policy, now=now)
+            decisions = plan(
+                ec2, region=region, image=image, policy=policy, now=now, shared=bool(config.shares)
+            )
             result.decisions += decisions if dry_run else _apply(ec2, decisions, now, progress)
     except (ClientError, BotoCoreError) as exc:
         raise aws_error(exc, f"pruning {image}") from None
@@ -139,11 +154,19 @@ def prune(
 
 
 def plan(
-    ec2: EC2Client, *, region: str, image: str, policy: Policy, now: datetime
+    ec2: EC2Client, *, region: str, image: str, policy: Policy, now: datetime, shared: bool
 ) -> list[Decision]:
-    """What to do with each AMI of the image in the region."""
+    """What to do with each AMI of the image in the region. `shared`: the config shares the
+    image's AMIs with other accounts, whose use only a usage report shows."""
     images = _images_of(ec2, image)
     references = _references(ec2, [i["ImageId"] for i in images])
+    # other accounts can launch only what was published (validated, then shared)
+    outgoing = [
+        i
+        for i in images
+        if shared and _status(i) == tags.VALIDATED and i["ImageId"] not in references
+    ]
+    usage = _usage(ec2, outgoing)
     validated = sorted(
         (i for i in images if _status(i) == tags.VALIDATED),
         key=lambda i: i.get("CreationDate", ""),
@@ -152,6 +175,7 @@ def plan(
     keep = policy.keep
     newest = {i["ImageId"] for i in validated[:keep]}
     judged: list[tuple[ImageTypeDef, list[str]]] = []  # each AMI with its reasons to stay
+    ask: set[str] = set()  # shared AMIs due for deletion that need a usage report first
     for ami in sorted(images, key=lambda i: i.get("CreationDate", ""), reverse=True):
         why = list(references.get(ami["ImageId"], []))
         if ami["ImageId"] in newest:
@@ -163,6 +187,10 @@ def plan(
         protection = ami.get("DeregistrationProtection") or _UNPROTECTED
         if not why and protection.startswith(_COOLING_DOWN):
             why.append(f"deregistration protection cooling down ({protection})")
+        if not why and ami["ImageId"] in usage and _stage(ami, policy, now) == "delete":
+            why += usage[ami["ImageId"]].why_it_stays(now)
+            if usage[ami["ImageId"]].needs_report(now):
+                ask.add(ami["ImageId"])
         judged.append((ami, why))
     # two AMIs can share a snapshot (a copy within the region): one that stays keeps it
     staying = {
@@ -203,9 +231,81 @@ def plan(
                 else [],
                 unprotect_first=action == "delete"
                 and ami.get("DeregistrationProtection", _UNPROTECTED) != _UNPROTECTED,
+                usage_report=ami["ImageId"] in ask,
             )
         )
     return decisions
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What EC2's usage reports (CreateImageUsageReport) say about a shared AMI: which other
+    accounts launch it from instances or launch templates."""
+
+    owner: str
+    reports: list[ImageUsageReportTypeDef]
+    entries: list[ImageUsageReportEntryTypeDef]
+
+    def _newest(self, now: datetime) -> ImageUsageReportTypeDef | None:
+        """The newest report recent enough to go by."""
+        recent = [r for r in self.reports if r["CreationTime"] >= now - USAGE_REPORT_FRESH]
+        return max(recent, key=lambda r: r["CreationTime"], default=None)
+
+    def needs_report(self, now: datetime) -> bool:
+        newest = self._newest(now)
+        return newest is None or newest.get("State") == "error"
+
+    def why_it_stays(self, now: datetime) -> list[str]:
+        newest = self._newest(now)
+        if newest is None or newest.get("State") == "error":
+            failed = f" (the last failed: {newest.get('StateReason')})" if newest else ""
+            return [
+                f"shared: asked EC2 for a usage report{failed}; deleted by a prune once one "
+                "shows no other account launches it"
+            ]
+        if newest.get("State") != "available":
+            return [f"shared: usage report {newest['ReportId']} is {newest.get('State')}"]
+        return [
+            f"used in account {e['AccountId']}: {e.get('UsageCount')} {e.get('ResourceType')} "
+            f"(usage report {newest['ReportId']} of {_date(newest['CreationTime'])})"
+            for e in self.entries
+            if e.get("ReportId") == newest["ReportId"]
+            and e.get("AccountId") != self.owner
+            and e.get("UsageCount", 0) > 0
+        ]
+
+
+def _usage(ec2: EC2Client, images: list[ImageTypeDef]) -> dict[str, Usage]:
+    """Each AMI's usage reports, and the entries of those EC2 has finished."""
+    if not images:
+        return {}
+    paginator = ec2.get_paginator("describe_image_usage_reports")
+    reports = [
+        report
+        for batch in _batches([i["ImageId"] for i in images], _USAGE_BATCH)
+        for page in paginator.paginate(ImageIds=batch)
+        for report in page.get("ImageUsageReports", [])
+    ]
+    available = [r["ReportId"] for r in reports if r.get("State") == "available"]
+    entries = (
+        [
+            entry
+            for page in ec2.get_paginator("describe_image_usage_report_entries").paginate(
+                ReportIds=available
+            )
+            for entry in page.get("ImageUsageReportEntries", [])
+        ]
+        if available
+        else []
+    )
+    return {
+        i["ImageId"]: Usage(
+            owner=i.get("OwnerId", ""),
+            reports=[r for r in reports if r.get("ImageId") == i["ImageId"]],
+            entries=[e for e in entries if e.get("ImageId") == i["ImageId"]],
+        )
+        for i in images
+    }
 
 
 def _stage(
@@ -267,8 +367,7 @@ def _references(ec2: EC2Client, ami_ids: list[str]) -> dict[str, list[str]]:
     """Why each AMI must stay: what EC2 finds referencing it."""
     found: defaultdict[str, list[str]] = defaultdict(list)
     paginator = ec2.get_paginator("describe_image_references")
-    for start in range(0, len(ami_ids), _REFERENCE_BATCH):
-        batch = ami_ids[start : start + _REFERENCE_BATCH]
+    for batch in _batches(ami_ids, _REFERENCE_BATCH):
         for page in paginator.paginate(ImageIds=batch, ResourceTypes=_REFERENCE_TYPES):
             for reference in page.get("ImageReferences", []):
                 kind = reference.get("ResourceType", "")
@@ -276,6 +375,10 @@ def _references(ec2: EC2Client, ami_ids: list[str]) -> dict[str, list[str]]:
                     f"{_REFERENCE_NAMES.get(kind, kind)} {reference.get('Arn', '')}"
                 )
     return found
+
+
+def _batches(ids: list[str], size: int) -> list[list[str]]:
+    return [ids[start : start + size] for start in range(0, len(ids), size)]
 
 
 def _apply(
@@ -287,6 +390,15 @@ def _apply(
         if decision.action == "deprecate":
             progress(f"{decision.region}: deprecating {decision.ami} ({decision.reasons[0]})")
             deprecate_soon(ec2, decision.ami, now)
+        if decision.usage_report:
+            progress(f"{decision.region}: asking EC2 which accounts use {decision.ami}")
+            ec2.create_image_usage_report(
+                ImageId=decision.ami,
+                ResourceTypes=[
+                    {"ResourceType": "ec2:Instance"},
+                    {"ResourceType": "ec2:LaunchTemplate"},
+                ],
+            )
         if decision.action == "unprotect" or decision.unprotect_first:
             progress(f"{decision.region}: disabling deregistration protection of {decision.ami}")
             ec2.disable_image_deregistration_protection(ImageId=decision.ami)
