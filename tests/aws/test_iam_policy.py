@@ -61,6 +61,8 @@ your resources referencing specified AMIs", required IAM permissions), granted o
 (aws:CalledVia ec2-images.amazonaws.com) where the code does not call them itself."""
 DELETED_WITH_THE_AMI = {"ec2:DeleteSnapshot"}
 """DeregisterImage with DeleteAssociatedSnapshots deletes the snapshots as the caller."""
+PASSED_WITH_THE_INSTANCE_PROFILE = {"iam:PassRole"}
+"""RunInstances with IamInstanceProfile (config iam_instance_profile) passes its role to EC2."""
 
 
 def _receiver(node: ast.expr) -> str | None:
@@ -127,6 +129,7 @@ def test_policy_statements_are_named_allows() -> None:
 
 def test_policy_grants_exactly_what_the_code_calls() -> None:
     called = scanned_actions() | IMPLIED | SCANNED_BY_IMAGE_REFERENCES | DELETED_WITH_THE_AMI
+    called |= PASSED_WITH_THE_INSTANCE_PROFILE
     granted = granted_actions()
     assert called - granted == set(), "called but not allowed"
     assert granted - called == set(), "allowed but never called"

@@ -206,6 +206,12 @@ def test_request_imdsv2_tags_placement(world: World, shipped: Catalog) -> None:
     }
     assert "InstanceMarketOptions" not in request
     assert "CapacityReservationSpecification" not in request
+    assert "IamInstanceProfile" not in request
+
+
+def test_request_instance_profile(world: World, shipped: Catalog) -> None:
+    request = _request(world, shipped, iam_instance_profile="nodeforge-validation")
+    assert request["IamInstanceProfile"] == {"Name": "nodeforge-validation"}
 
 
 def test_request_capacity_block_and_reservation(world: World, shipped: Catalog) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -57,6 +58,20 @@ class CapacityTarget(Model):
         return self
 
 
+def _instance_profile_name(value: str) -> str:
+    if value.startswith("arn:"):
+        raise ValueError(
+            f"give the instance profile's name, not its ARN: '{value.rsplit('/', 1)[-1]}'"
+        )
+    if not re.fullmatch(r"[\w+=,.@-]{1,128}", value):
+        raise ValueError("an IAM instance profile name: up to 128 of letters, digits and +=,.@_-")
+    return value
+
+
+InstanceProfileName = Annotated[str, AfterValidator(_instance_profile_name)]
+"""IAM's instance profile names: RunInstances and Packer take the name."""
+
+
 class BuilderNetwork(Model):
     """Where and how Packer's builder instance runs, in the config's region (subnets and
     security groups are regional)."""
@@ -73,7 +88,7 @@ class BuilderNetwork(Model):
     """How Packer and Ansible reach the builder (default: Packer's, the public IP if it has one,
     else the private one)."""
     associate_public_ip_address: bool | None = None
-    iam_instance_profile: str | None = Field(default=None, pattern=r"^[\w+=,.@-]{1,128}$")
+    iam_instance_profile: InstanceProfileName | None = None
     """An instance profile name for the builder (private repositories, S3 artifacts)."""
 
     @model_validator(mode="after")
@@ -96,6 +111,10 @@ class PipelineConfig(Model):
     builder: BuilderNetwork = Field(default_factory=BuilderNetwork)
     """Packer's builder (`nodeforge build --target aws --config FILE`)."""
     key_name: str | None = None
+    iam_instance_profile: InstanceProfileName | None = None
+    """An instance profile name the validation instances launch with (what the checks on the
+    node may call; Systems Manager's agent needs AmazonSSMManagedInstanceCore). The caller needs
+    iam:PassRole on its role."""
     ssh_user: str | None = None
     """Default: the OS entry's default_user."""
     share_accounts: list[Account] = Field(default_factory=list)

@@ -106,6 +106,8 @@ def run_instances_request(
     }
     if config.key_name:
         request["KeyName"] = config.key_name
+    if config.iam_instance_profile:
+        request["IamInstanceProfile"] = {"Name": config.iam_instance_profile}
     if placement_group:
         request["Placement"] = {"GroupName": placement_group}
     if capacity is not None:
