@@ -123,7 +123,7 @@ def build_local(
                     "all": {
                         "hosts": {
                             container.name: {
-                                "ansible_connection": "containers.podman.podman",
+                                "ansible_connection": "nodeforge_podman",
                                 "ansible_python_interpreter": "/usr/bin/python3",
                             }
                         }

@@ -128,7 +128,7 @@ def run_in_container(
             "--inventory",
             f"{container},",
             "--connection",
-            "containers.podman.podman",
+            "nodeforge_podman",
             "--extra-vars",
             json.dumps({"ansible_python_interpreter": "/usr/bin/python3", **extra_vars}),
             str(playbook),
