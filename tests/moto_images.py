@@ -17,6 +17,8 @@ from typing import Any
 from moto.ec2.models import ec2_backends
 from moto.ssm.models import ssm_backends
 
+from nodeforge.aws.encryption import snapshot_ids
+
 _DEFAULT_VERSION_DEPTH = 10
 _IMAGE_PARAMETER = "aws:ec2:image"
 
@@ -70,14 +72,8 @@ def deregister_with_snapshots(account: str, region: str, image_id: str) -> list[
     """Deregister the AMI and delete its snapshots that no other AMI uses; DeregisterImage's
     DeleteSnapshotResults."""
     ec2 = ec2_backends[account][region]
-    ami = ec2.amis[image_id]
-    snapshots = [m["Ebs"]["SnapshotId"] for m in _mappings(ami) if "SnapshotId" in m.get("Ebs", {})]
-    shared = {
-        m["Ebs"].get("SnapshotId")
-        for other in ec2.amis.values()
-        if other.id != image_id
-        for m in _mappings(other)
-    }
+    snapshots = _snapshots(ec2.amis[image_id])
+    shared = {s for other in ec2.amis.values() if other.id != image_id for s in _snapshots(other)}
     ec2.deregister_image(image_id)
     results = []
     for snapshot in snapshots:
@@ -89,6 +85,6 @@ def deregister_with_snapshots(account: str, region: str, image_id: str) -> list[
     return results
 
 
-def _mappings(ami: Any) -> list[dict[str, Any]]:
-    mappings: list[dict[str, Any]] = ami.block_device_mappings
-    return mappings
+def _snapshots(ami: Any) -> list[str]:
+    """A moto AMI's snapshots, read as the code reads DescribeImages' answer."""
+    return snapshot_ids({"BlockDeviceMappings": ami.block_device_mappings})

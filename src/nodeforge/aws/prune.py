@@ -174,6 +174,8 @@ def plan(
     )
     keep = policy.keep
     newest = {i["ImageId"] for i in validated[:keep]}
+    # where each AMI would stand if nothing kept it: deprecate, wait (keep) or delete
+    stage = {i["ImageId"]: _stage(i, policy, now) for i in images}
     judged: list[tuple[ImageTypeDef, list[str]]] = []  # each AMI with its reasons to stay
     ask: set[str] = set()  # shared AMIs due for deletion that need a usage report first
     for ami in sorted(images, key=lambda i: i.get("CreationDate", ""), reverse=True):
@@ -187,7 +189,7 @@ def plan(
         protection = ami.get("DeregistrationProtection") or _UNPROTECTED
         if not why and protection.startswith(_COOLING_DOWN):
             why.append(f"deregistration protection cooling down ({protection})")
-        if not why and ami["ImageId"] in usage and _stage(ami, policy, now) == "delete":
+        if not why and ami["ImageId"] in usage and stage[ami["ImageId"]] == "delete":
             why += usage[ami["ImageId"]].why_it_stays(now)
             if usage[ami["ImageId"]].needs_report(now):
                 ask.add(ami["ImageId"])
@@ -196,14 +198,14 @@ def plan(
     staying = {
         s
         for ami, why in judged
-        if why or _cools_down(ami) or _stage(ami, policy, now) != "delete"
+        if why or _cools_down(ami) or stage[ami["ImageId"]] != "delete"
         for s in snapshot_ids(ami)
     }
     decisions = []
     for ami, why in judged:
         reasons = why or [_why_it_goes(ami, keep)]
         action: Literal["keep", "deprecate", "delete", "unprotect"] = (
-            "keep" if why else _stage(ami, policy, now)
+            "keep" if why else stage[ami["ImageId"]]
         )
         if action == "deprecate":
             reasons.append(
