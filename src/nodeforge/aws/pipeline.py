@@ -410,14 +410,13 @@ def _publish(
         result.copies = publish.copy_to_regions(clients, source, result.run_id)
         progress(f"waiting for {', '.join(result.copies.values())} to become available")
         for region, copy in publish.wait_for_copies(clients, result.copies, clock).items():
-            copy_keys = encryption.snapshot_keys(clients.ec2_in(region), copy)
-            publish.share(clients.ec2_in(region), clients.kms_in(region), copy, copy_keys, config)
-            publish.mark_validated(clients.ec2_in(region), copy["ImageId"], result.run_id)
+            ec2 = clients.ec2_in(region)  # a new client each call: one per region here
+            copy_keys = encryption.snapshot_keys(ec2, copy)
+            publish.share(ec2, clients.kms_in(region), copy, copy_keys, config)
+            publish.mark_validated(ec2, copy["ImageId"], result.run_id)
             if end_of_life is not None:
-                publish.schedule_deprecation(clients.ec2_in(region), copy["ImageId"], end_of_life)
-            publish.protect(
-                clients.ec2_in(region), copy["ImageId"], config.deregistration_protection
-            )
+                publish.schedule_deprecation(ec2, copy["ImageId"], end_of_life)
+            publish.protect(ec2, copy["ImageId"], config.deregistration_protection)
             result.copy_parameters[region] = publish.put_parameters(
                 clients.ssm_in(region), result.image, profiles, copy["ImageId"]
             )
