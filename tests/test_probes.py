@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from nodeforge.probes import held_packages, package_version
-from tests.canned import CannedHost
+from nodeforge.probes import (
+    UNIT_TEXT,
+    exec_conditions,
+    held_packages,
+    package_version,
+    runs_hardware_gate,
+)
+from tests.canned import CannedHost, CannedResult
 
 DEBIAN = "debian"
 # the AL2023 stand-in's os-release: ID amzn, ID_LIKE fedora
@@ -45,3 +51,41 @@ def test_package_version_on_rpm_is_version_release() -> None:
         AMAZON,
     )
     assert package_version(host, "nvidia-imex") == "580.95.05-1.amzn2023"
+
+
+class _UnitFiles:
+    """A host whose unit files (the unit and its drop-ins, as unit_text reads them) are `text`."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.commands: list[str] = []
+
+    def run(self, command: str, *args: str) -> CannedResult:
+        self.commands.append(command % args)
+        return CannedResult(0, self.text)
+
+
+GATE = "ExecCondition=/usr/local/libexec/nodeforge/hardware-gate gpu\n"
+
+
+def test_gate_read_from_the_unit_and_its_drop_ins() -> None:
+    host = _UnitFiles("[Unit]\nDescription=x\n[Service]\nExecStart=/bin/x\n" + GATE)
+    assert runs_hardware_gate(host, "x.service", "gpu") is None
+    # read from the files: an image that never booted has no systemd to ask
+    assert host.commands == [UNIT_TEXT % ("x.service", "x.service", "x.service")]
+    assert "systemctl" not in UNIT_TEXT
+
+
+def test_a_drop_in_that_resets_the_condition_drops_the_gate() -> None:
+    text = GATE + "[Service]\nExecCondition=\nExecCondition=-/bin/true\n"
+    assert exec_conditions(text) == [["/bin/true"]]
+    assert runs_hardware_gate(_UnitFiles(text), "x.service", "gpu") == "/bin/true"
+
+
+def test_a_unit_without_the_gate_or_with_another_check_is_named() -> None:
+    assert runs_hardware_gate(_UnitFiles("[Service]\nExecStart=/bin/x\n"), "x", "gpu") == (
+        "no ExecCondition="
+    )
+    assert runs_hardware_gate(_UnitFiles(GATE), "x", "fabricmanager") == (
+        "/usr/local/libexec/nodeforge/hardware-gate gpu"
+    )

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from nodeforge.lock import Lock, Locked, LockHeader
+from nodeforge.probes import UNIT_TEXT
 from tests.canned import CannedHost, CannedResult
 from tests.conftest import REPO
 
@@ -524,9 +525,7 @@ def _units_node(dropin: str | CannedResult) -> CannedHost:
     }
     for unit in ("nodeforge-xid-watch.service", "nodeforge-health-gate.service"):
         answers[f"systemctl is-enabled {unit}"] = "enabled"
-        answers[f"systemctl show -p ExecCondition {unit}"] = (
-            f"ExecCondition={{ path={gate} ; argv[]={gate} gpu ; ignore_errors=no }}"
-        )
+        answers[UNIT_TEXT % (unit, unit, unit)] = f"[Service]\nExecCondition={gate} gpu\n"
     return CannedHost(answers)
 
 

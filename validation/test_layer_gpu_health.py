@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from nodeforge.node_tools import TOOLS_PREFIX as TOOLS
 from nodeforge.probes import (
     file_text,
     held_packages,
@@ -27,7 +28,6 @@ from nodeforge.probes import (
 from nodeforge.report import not_applicable
 
 pytestmark = pytest.mark.layer("gpu_health")
-TOOLS = "/opt/nodeforge/tools"
 DCGM_UNIT = "nvidia-dcgm.service"
 WATCHER = "nodeforge-xid-watch.service"
 HEALTH_GATE = "nodeforge-health-gate.service"

@@ -40,6 +40,8 @@ NODE_REQUIREMENTS = ("pydantic>=2.7,<3", "PyYAML>=6.0.1,<7")
 """What xid-watch and health-gate import beyond the standard library: pyproject's own ranges."""
 
 LOCKS_DIR = "locks/nodeforge-tools"
+TOOLS_PREFIX = "/opt/nodeforge/tools"
+"""Where gpu_health puts the tools' environment (its gpu_health_tools_prefix default)."""
 ENVIRONMENT = "node-tools"
 MIN_PYTHON = (3, 11)
 """nodeforge's requires-python: a node whose python3 is older gets python3.11 for the tools."""
@@ -109,13 +111,13 @@ def write_pyz(output: Path) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial")
     with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr(_entry("__main__.py"), _MAIN)
+        archive.writestr(zip_entry("__main__.py"), _MAIN)
         for name, path in package_files():
-            archive.writestr(_entry(name), path.read_bytes())
+            archive.writestr(zip_entry(name), path.read_bytes())
     partial.replace(output)  # a reader never sees half an archive
 
 
-def _entry(name: str) -> zipfile.ZipInfo:
+def zip_entry(name: str) -> zipfile.ZipInfo:
     info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
     info.compress_type = zipfile.ZIP_DEFLATED
     info.external_attr = 0o644 << 16

@@ -103,11 +103,56 @@ HARDWARE_GATE = "/usr/local/libexec/nodeforge/hardware-gate"
 """base's boot-time gate, the ExecCondition= of every unit that needs NVIDIA hardware."""
 
 
+UNIT_DIRS = (
+    "/etc/systemd/system",
+    "/run/systemd/system",
+    "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system",
+    "/lib/systemd/system",
+)
+"""Where systemd looks for system units, first to last (systemd.unit(5)); the first unit file
+found wins, and drop-ins from every directory apply."""
+
+
+_DIRS = " ".join(UNIT_DIRS)
+UNIT_TEXT = (
+    f"for d in {_DIRS}; do if [ -f $d/%s ]; then cat $d/%s; break; fi; done; "
+    f"for d in {_DIRS}; do for f in $d/%s.d/*.conf; do [ -f $f ] && cat $f; done; done; true"
+)
+"""The shell command behind unit_text, the unit's name in each of its three places."""
+
+
+def unit_text(host: Host, unit: str) -> str:
+    """The unit's file and then its drop-ins, as systemd loads them, read from disk: an image
+    that never booted (Packer's builder after cleanup, an unbooted container) has no manager
+    for `systemctl show` or `systemctl cat` to ask."""
+    return str(host.run(UNIT_TEXT, unit, unit, unit).stdout)
+
+
+def exec_conditions(unit_text: str) -> list[list[str]]:
+    """The command lines of a unit's ExecCondition= settings, in order; an empty assignment
+    resets the list, and the command's prefixes (-, @, :, +, !) are dropped."""
+    commands: list[list[str]] = []
+    for line in unit_text.splitlines():
+        key, _, value = line.strip().partition("=")
+        if key.strip() != "ExecCondition":
+            continue
+        words = value.split()
+        if not words:
+            commands.clear()
+            continue
+        words[0] = words[0].lstrip("-@:+!")
+        commands.append(words)
+    return commands
+
+
 def runs_hardware_gate(host: Host, unit: str, check: str) -> str | None:
     """None when the unit's ExecCondition= runs the hardware gate with `check` (gpu,
-    fabricmanager, ...); else what systemd shows instead."""
-    shown = str(host.run("systemctl show -p ExecCondition %s", unit).stdout)
-    return None if f"argv[]={HARDWARE_GATE} {check} " in shown else shown
+    fabricmanager, ...); else the ExecCondition= the unit has instead."""
+    conditions = exec_conditions(unit_text(host, unit))
+    if [HARDWARE_GATE, check] in conditions:
+        return None
+    return "; ".join(" ".join(c) for c in conditions) or "no ExecCondition="
 
 
 def file_text(host: Host, path: str) -> str | None:

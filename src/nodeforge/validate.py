@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -120,6 +121,7 @@ def run_validation(
     dcgm_level: int = 1,
     launcher: Launcher = "mpirun",
     ssh_extra_args: str | None = None,
+    pytest_command: Sequence[str] = (sys.executable, "-m", "pytest"),
 ) -> ValidationRun:
     """pytest over validation/ for `hosts` (testinfra's --hosts: podman://, ssh://, ansible://);
     `ssh_extra_args` go to every ssh:// connection (testinfra's --ssh-extra-args)."""
@@ -130,9 +132,7 @@ def run_validation(
     json_report = report_dir / f"validation-{stage}.json"
     log = report_dir / f"validation-{stage}.log"
     argv = [
-        sys.executable,
-        "-m",
-        "pytest",
+        *pytest_command,
         str(VALIDATION_SUITE),
         f"--hosts={hosts}",
         f"--nodeforge-vars={vars_path}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from moto.ec2.models import ec2_backends
 
 from nodeforge.aws import tags
+from nodeforge.aws.pipeline import Node
 from nodeforge.cli import main
 from tests.aws.conftest import ACCOUNT, IMAGE, REGION, World, failure
 from tests.conftest import SHIPPED
@@ -36,8 +38,8 @@ def verdict(world: World, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     state: dict[str, Any] = {"ok": True, "hosts": []}
 
     def validator(*_args: Any, **_kwargs: Any) -> Any:
-        def validate(hosts: list[str], _profile: str) -> bool:
-            state["hosts"] += hosts
+        def validate(nodes: Sequence[Node], _profile: str) -> bool:
+            state["hosts"] += [node.address for node in nodes]
             return bool(state["ok"])
 
         return validate

@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from nodeforge.aws import tags
 from nodeforge.aws.errors import AwsError, InstanceUnreachableError
-from nodeforge.aws.pipeline import PromoteResult, Validator, promote, ssh_validator
+from nodeforge.aws.pipeline import Node, PromoteResult, Validator, promote, ssh_validator
 from nodeforge.catalog.loader import Catalog
 from nodeforge.errors import InputError
 from nodeforge.validate import ValidationRun
@@ -29,8 +30,9 @@ class FakeValidator:
         self.world = world
         self.calls: list[tuple[list[str], str, int]] = []
 
-    def __call__(self, hosts: list[str], profile: str) -> bool:
+    def __call__(self, nodes: Sequence[Node], profile: str) -> bool:
         # what runs while validation does: the instances, up and reachable
+        hosts = [node.address for node in nodes]
         self.calls.append((hosts, profile, len(self.world.live_instances())))
         return self.ok
 
@@ -237,7 +239,7 @@ def test_unreachable_is_infrastructure_and_leaves_the_ami_built(
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_halfway_leaves_nothing(world: World, shipped: Catalog, signum: int) -> None:
-    def interrupted(_hosts: list[str], _profile: str) -> bool:
+    def interrupted(_nodes: Sequence[Node], _profile: str) -> bool:
         os.kill(os.getpid(), signum)
         pytest.fail("the signal should have interrupted validation")
 
@@ -439,7 +441,7 @@ def test_ssh_validation_trusts_no_stale_host_key(
     monkeypatch.setattr("nodeforge.aws.pipeline.run_validation", run_validation)
     monkeypatch.setattr("nodeforge.aws.pipeline.wait_for_ssh", lambda *_a, **_k: None)
     validate = ssh_validator(shipped, IMAGE, report_root=tmp_path, ssh_user=None)
-    assert validate(["10.0.0.5", "10.0.0.6"], "p5.48xlarge")
+    assert validate([Node("i-1", "10.0.0.5"), Node("i-2", "10.0.0.6")], "p5.48xlarge")
     assert seen["hosts"] == "ssh://ubuntu@10.0.0.5,ssh://ubuntu@10.0.0.6"
     assert seen["stage"] == "target"
     # a reused private address must not stop the run at a host-key prompt or mismatch
@@ -456,7 +458,7 @@ def test_ssh_lost_during_the_suite_is_infrastructure_not_a_verdict(
     monkeypatch.setattr("nodeforge.aws.pipeline.wait_for_ssh", lambda *_a, **_k: None)
     validate = ssh_validator(shipped, IMAGE, report_root=tmp_path, ssh_user=None)
     with pytest.raises(InstanceUnreachableError, match=r"SSH lost 127\.0\.0\.1 during") as lost:
-        validate(["127.0.0.1:1"], "p5.48xlarge")
+        validate([Node("i-1", "127.0.0.1:1")], "p5.48xlarge")
     assert "ssh: connect to host 127.0.0.1 port 1: Connection refused" in str(lost.value)
     report = json.loads((tmp_path / "p5.48xlarge" / "validation-target.json").read_text())
     failed = [c for c in report["checks"] if c["outcome"] == "failed"]
@@ -466,7 +468,7 @@ def test_ssh_lost_during_the_suite_is_infrastructure_not_a_verdict(
 def test_a_validator_that_cannot_reach_the_instances_is_infrastructure(
     world: World, shipped: Catalog
 ) -> None:
-    def unreachable(_hosts: list[str], _profile: str) -> bool:
+    def unreachable(_nodes: Sequence[Node], _profile: str) -> bool:
         raise InstanceUnreachableError("ubuntu@10.0.0.5 does not answer SSH after 600 s")
 
     result = _promote(world, shipped, unreachable)

@@ -38,6 +38,7 @@ import pytest
 from moto.core.responses import ActionResult
 from moto.ec2.responses import EC2Response
 from moto.server import ThreadedMotoServer
+from moto.ssm.responses import SimpleSystemManagerResponse
 from mypy_boto3_ec2 import EC2Client
 from mypy_boto3_ssm import SSMClient
 
@@ -60,24 +61,66 @@ CLI_TIMEOUT_S = 150
 
 
 @dataclass
+class NodeCommand:
+    """One SendCommand as the SSM agent runs it: the commands as one shell script, as root, on
+    the node (here a booted container of the local image), on a thread of its own."""
+
+    container: str
+    script: str
+    done: subprocess.CompletedProcess[str] | None = None
+    thread: threading.Thread = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.done = podman(["exec", self.container, "sh", "-c", self.script], check=False)
+
+    def invocation(self, command_id: str, instance_id: str) -> dict[str, Any]:
+        if self.done is None:
+            return {"CommandId": command_id, "InstanceId": instance_id, "Status": "InProgress"}
+        status = "Success" if self.done.returncode == 0 else "Failed"
+        return {
+            "CommandId": command_id,
+            "InstanceId": instance_id,
+            "Status": status,
+            "StatusDetails": status,
+            "ResponseCode": self.done.returncode,
+            "StandardOutputContent": self.done.stdout[-24000:],
+            "StandardErrorContent": self.done.stderr[-8000:],
+        }
+
+
+@dataclass
 class Unimplemented:
-    """What the fake account answered for the EC2 calls moto does not implement."""
+    """What the fake account answered for the EC2 and Systems Manager calls moto does not
+    implement."""
 
     created_groups: list[str] = field(default_factory=list)
     deleted_groups: list[str] = field(default_factory=list)
     deprecated: dict[str, str] = field(default_factory=dict)
+    node: str | None = None
+    """The container that Run Command's commands run in, for every instance (None: moto's
+    default, which runs nothing)."""
+    commands: dict[str, NodeCommand] = field(default_factory=dict)
 
     def clear(self) -> None:
         self.created_groups.clear()
         self.deleted_groups.clear()
         self.deprecated.clear()
+        self.node = None
+        for command in self.commands.values():
+            command.thread.join()
+        self.commands.clear()
 
 
 @pytest.fixture(scope="module")
 def moto_server() -> Iterator[tuple[str, Unimplemented]]:
-    """moto_server on a free loopback port, answering placement groups, image deprecation and
-    image references (which moto lacks) and deleting a deregistered AMI's snapshots (which moto
-    ignores) the way EC2 does; placement groups and deprecations are recorded."""
+    """moto_server on a free loopback port, answering placement groups, image deprecation,
+    image references and Systems Manager's instance information (which moto lacks), running Run
+    Command's scripts in `Unimplemented.node` and deleting a deregistered AMI's snapshots (which
+    moto ignores) the way EC2 does; placement groups and deprecations are recorded."""
     unimplemented = Unimplemented()
 
     def create_placement_group(self: EC2Response) -> ActionResult:
@@ -111,7 +154,39 @@ def moto_server() -> Iterator[tuple[str, Unimplemented]]:
         results = deregister_with_snapshots(self.current_account, self.region, asked["ImageId"])
         return ActionResult({"Return": True, "DeleteSnapshotResults": results})
 
+    def describe_instance_information(self: SimpleSystemManagerResponse) -> ActionResult:
+        filters = self._get_param("Filters", [])
+        wanted = next(f["Values"] for f in filters if f["Key"] == "InstanceIds")
+        listed = [{"InstanceId": i, "PingStatus": "Online"} for i in wanted]
+        return ActionResult({"InstanceInformationList": listed})
+
+    moto_send_command = SimpleSystemManagerResponse.send_command
+
+    def send_command(self: SimpleSystemManagerResponse) -> ActionResult:
+        sent = moto_send_command(self)
+        if unimplemented.node is not None:
+            result: Any = sent.result
+            script = "\n".join(self._get_param("Parameters")["commands"])
+            unimplemented.commands[result["Command"]["CommandId"]] = NodeCommand(
+                unimplemented.node, script
+            )
+        return sent
+
+    moto_get_command_invocation = SimpleSystemManagerResponse.get_command_invocation
+
+    def get_command_invocation(self: SimpleSystemManagerResponse) -> ActionResult:
+        command = unimplemented.commands.get(str(self._get_param("CommandId")))
+        if command is None:
+            return moto_get_command_invocation(self)
+        return ActionResult(
+            command.invocation(self._get_param("CommandId"), self._get_param("InstanceId"))
+        )
+
     with pytest.MonkeyPatch.context() as patch:
+        for ssm_handler in (describe_instance_information, send_command, get_command_invocation):
+            patch.setattr(
+                SimpleSystemManagerResponse, ssm_handler.__name__, ssm_handler, raising=False
+            )
         # moto's catalogue of public AMIs takes seconds to load and nothing here needs it
         patch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
         for handler in (
@@ -143,7 +218,7 @@ class Account:
     catalog: Path
     work_dir: Path
 
-    def env(self, stand_in: dict[str, str]) -> dict[str, str]:
+    def env(self, stand_in: dict[str, str] | None) -> dict[str, str]:
         environ = {
             k: v
             for k, v in os.environ.items()
@@ -155,7 +230,7 @@ class Account:
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_DEFAULT_REGION": REGION,
-            "NODEFORGE_VALIDATION_STAND_IN": json.dumps(stand_in),
+            **({"NODEFORGE_VALIDATION_STAND_IN": json.dumps(stand_in)} if stand_in else {}),
             # the double's `#!/usr/bin/env python3` must find this venv's python (it has boto3)
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         }
@@ -424,3 +499,79 @@ def test_interrupt_after_launch_leaves_nothing_running_or_published(
     [ami] = account.amis()
     assert account.image_tags(ami)[tags.STATUS] == "built"
     assert account.unimplemented.deprecated == {}
+
+
+def test_promote_over_systems_manager_runs_the_suite_on_the_node(
+    account: Account, booted: str, tmp_path: Path
+) -> None:
+    """validation_transport ssm, real but for the agent: the runner puts the bundle in S3, the
+    Run Command script (run in a booted container of the local image, as the agent runs it)
+    fetches it by presigned URL from the moto server, runs the suite on the node tools' Python
+    against the node itself, and PUTs the reports back, which the runner reads and judges. The
+    container has no GPU and is not the promoted image, so the verdict is a fail: what counts is
+    that it was reached on the node."""
+    session = boto3.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
+    )
+    session.client("iam", endpoint_url=account.endpoint).create_instance_profile(
+        InstanceProfileName="nodeforge-validation"
+    )
+    s3 = session.client("s3", endpoint_url=account.endpoint)
+    s3.create_bucket(Bucket="nodeforge-validation")
+    with account.config.open("a", encoding="utf-8") as config:
+        config.write(
+            "validation_transport: ssm\niam_instance_profile: nodeforge-validation\n"
+            "ssm_bucket: nodeforge-validation\n"
+        )
+    builder = account.ec2.run_instances(
+        ImageId="ami-0b0b0b0b0b0b0b0b0", InstanceType="t3.micro", MinCount=1, MaxCount=1
+    )["Instances"][0]["InstanceId"]
+    ami = account.ec2.create_image(
+        InstanceId=builder,
+        Name=f"{IMAGE}-ssm",
+        TagSpecifications=[
+            {
+                "ResourceType": "image",
+                "Tags": tags.tag_list({tags.IMAGE: IMAGE, tags.STATUS: tags.BUILT}),
+            }
+        ],
+    )["ImageId"]
+    account.ec2.terminate_instances(InstanceIds=[builder])
+    account.unimplemented.node = booted
+    reports = tmp_path / "reports"
+
+    argv = account.argv("promote", IMAGE, "--ami", ami, "--profile", PROFILE, "--json")
+    argv += ["--config", str(account.config), "--report-dir", str(reports)]
+    done = subprocess.run(
+        argv,
+        cwd=REPO,
+        env=account.env(None),
+        capture_output=True,
+        text=True,
+        timeout=2 * CLI_TIMEOUT_S,
+        check=False,
+    )
+
+    assert done.returncode == 1, done.stderr[-3000:]
+    document = json.loads(done.stdout)
+    [run] = document["profiles"]
+    assert (document["status"], run["outcome"]) == ("failed", "failed"), done.stderr[-3000:]
+    [instance] = run["instances"]
+    [command] = account.unimplemented.commands.values()
+    assert command.done is not None
+    assert command.done.returncode == 1, command.done.stderr[-3000:]
+    report = json.loads((reports / PROFILE / instance / "validation-target.json").read_text())
+    assert report["hosts"] == "local://"
+    assert report["image"] == IMAGE
+    # checks ran on the node and judged it: some passed, and the missing GPU failed others
+    assert report["summary"]["passed"] > 0
+    failed = "\n".join(c["message"] for c in report["checks"] if c["outcome"] == "failed")
+    assert "missing capability gpu" in failed
+    # the bundle's packages stay out of what the checks see on the node: the node tools'
+    # environment still equals its lock
+    outcomes = {c["id"].split("::")[-1]: c["outcome"] for c in report["checks"]}
+    assert outcomes["test_node_tools_equal_the_lock[local]"] == "passed"
+    assert (reports / PROFILE / instance / "validation-target.log").is_file()
+    assert account.image_tags(ami)[tags.STATUS] == tags.FAILED
+    assert s3.list_objects_v2(Bucket="nodeforge-validation").get("KeyCount") == 0
+    assert account.live_instances() == []

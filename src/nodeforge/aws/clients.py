@@ -14,6 +14,7 @@ from nodeforge.aws.config import PipelineConfig
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_kms import KMSClient
+    from mypy_boto3_s3 import S3Client
     from mypy_boto3_ssm import SSMClient
 
 
@@ -23,6 +24,8 @@ class AwsClients:
     config: PipelineConfig
     ec2: EC2Client
     ssm: SSMClient
+    s3: S3Client
+    """In the config's region: validation over Systems Manager keeps its bundles there."""
 
     def ec2_in(self, region: str) -> EC2Client:
         return self.session.client("ec2", region_name=region, config=_retries(self.config))
@@ -49,4 +52,9 @@ def clients_for(session: boto3.Session, config: PipelineConfig) -> AwsClients:
         config=config,
         ec2=session.client("ec2", region_name=config.region, config=retries),
         ssm=session.client("ssm", region_name=config.region, config=retries),
+        # presigned URLs signed with SigV4 (botocore still presigns S3 with SigV2 by default,
+        # which regions opened since 2014 refuse) and naming the bucket's region
+        s3=session.client(
+            "s3", region_name=config.region, config=retries.merge(Config(signature_version="s3v4"))
+        ),
     )

@@ -42,6 +42,12 @@ SSM tunnel does not give them (hashicorp/packer#10035)."""
 DeregistrationProtection = Literal["disabled", "enabled", "enabled-with-cooldown"]
 """EC2's own names for an AMI's deregistration protection (DescribeImages)."""
 
+ValidationTransport = Literal["ssh", "ssm"]
+"""How the runner reaches the validation instances: testinfra over SSH from the runner, or AWS
+Systems Manager Run Command running the suite on the node itself (no inbound port)."""
+
+BucketName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
+
 
 class CapacityTarget(Model):
     """An On-Demand Capacity Reservation, or a Capacity Block for ML (`capacity_block: true`),
@@ -117,6 +123,18 @@ class PipelineConfig(Model):
     iam:PassRole on its role."""
     ssh_user: str | None = None
     """Default: the OS entry's default_user."""
+    validation_transport: ValidationTransport = "ssh"
+    """`ssh`: the runner reaches each instance on port 22 (security group, route, key pair).
+    `ssm`: Systems Manager Run Command runs the suite on each instance, which needs only
+    outbound HTTPS (the SSM endpoints and S3), iam_instance_profile with
+    AmazonSSMManagedInstanceCore, and ssm_bucket."""
+    ssm_bucket: BucketName | None = None
+    """With `ssm`: an S3 bucket in the config's region for the suite bundles and the reports
+    (under nodeforge/validation/; the node reaches them through presigned URLs only)."""
+    ssm_online_timeout_s: float = Field(default=600, gt=0)
+    """With `ssm`: how long each instance may take to come Online in Systems Manager."""
+    ssm_command_timeout_s: int = Field(default=3600, ge=60, le=48 * 3600)
+    """With `ssm`: how long the suite may run on a node (Run Command's executionTimeout)."""
     share_accounts: list[Account] = Field(default_factory=list)
     share_organization_arns: list[OrganizationArn] = Field(default_factory=list)
     share_ou_arns: list[OrganizationalUnitArn] = Field(default_factory=list)
@@ -156,6 +174,28 @@ class PipelineConfig(Model):
     def shares(self) -> list[str]:
         """Every account, organization and organizational unit the AMI is shared with."""
         return [*self.share_accounts, *self.share_organization_arns, *self.share_ou_arns]
+
+    @model_validator(mode="after")
+    def _ssm_needs(self) -> PipelineConfig:
+        if self.validation_transport != "ssm":
+            return self
+        if self.iam_instance_profile is None:
+            raise ValueError(
+                "validation_transport ssm needs iam_instance_profile: an instance profile whose "
+                "role has AmazonSSMManagedInstanceCore, so the SSM agent can register the node"
+            )
+        if self.ssm_bucket is None:
+            raise ValueError(
+                "validation_transport ssm needs ssm_bucket: an S3 bucket in the config's region "
+                "for the suite bundles and the reports"
+            )
+        if self.multinode:
+            raise ValueError(
+                "multinode validation runs over ssh only so far: the cross-node NCCL check "
+                "needs every node in one testinfra run, and over ssm each node runs the suite "
+                "alone (set validation_transport: ssh, or multinode: false)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _copies_elsewhere(self) -> PipelineConfig:

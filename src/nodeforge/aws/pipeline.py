@@ -31,9 +31,18 @@ from nodeforge.validate import UNREACHABLE, Stage, ValidationRun, run_validation
 if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import ImageTypeDef
 
-Validator = Callable[[list[str], str], bool]
-"""validate(hosts, profile) -> every check passed; hosts are the instances' private addresses.
-It raises InstanceUnreachableError when it could not reach them: nothing was judged."""
+
+@dataclass(frozen=True)
+class Node:
+    """A validation instance: its id and its private address."""
+
+    instance_id: str
+    address: str
+
+
+Validator = Callable[[Sequence[Node], str], bool]
+"""validate(nodes, profile) -> every check passed. It raises InstanceUnreachableError when it
+could not reach them: nothing was judged."""
 Outcome = Literal["passed", "failed", "unreachable", "no-capacity", "passed-earlier"]
 Status = Literal["published", "failed", "infrastructure-failed"]
 _PASSED = ("passed", "passed-earlier")
@@ -373,7 +382,7 @@ def _run_profile(
             return ProfileRun(profile.name, "unreachable", ids, message=str(exc))
         progress(f"{profile.name}: validating on {', '.join(hosts)}")
         try:
-            ok = validate(hosts, profile.name)
+            ok = validate([Node(i, host) for i, host in zip(ids, hosts, strict=True)], profile.name)
         except InstanceUnreachableError as exc:
             return ProfileRun(profile.name, "unreachable", ids, hosts, message=str(exc))
         return ProfileRun(profile.name, "passed" if ok else "failed", ids, hosts)
@@ -446,9 +455,10 @@ def ssh_validator(
     each answers SSH. InstanceUnreachableError when one does not, or when SSH lost a host
     during the suite: its checks judged nothing, so the AMI is not failed for them."""
 
-    def validate(hosts: list[str], profile: str) -> bool:
+    def validate(nodes: Sequence[Node], profile: str) -> bool:
         target = target_for(catalog, image, profile)
         user = ssh_user or target.os.default_user
+        hosts = [node.address for node in nodes]
         wait_for_ssh(hosts, user, timeout_s=ssh_ready_timeout_s, poll_s=15, clock=clock or Clock())
         run = run_suite(
             catalog,

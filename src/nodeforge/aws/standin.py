@@ -10,13 +10,13 @@ publish a real AMI that was validated on something else.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError
 
-from nodeforge.aws.pipeline import Validator, run_suite
+from nodeforge.aws.pipeline import Node, Validator, run_suite
 from nodeforge.catalog.loader import Catalog
 from nodeforge.catalog.models import Model
 from nodeforge.errors import InputError
@@ -92,10 +92,10 @@ def stand_in_validator(
 ) -> Validator:
     target = target_for(catalog, stand_in.image, stand_in.profile)
 
-    def validate(hosts: list[str], profile: str) -> bool:
+    def validate(nodes: Sequence[Node], profile: str) -> bool:
         progress(
             f"{profile}: {ENV}: validating {stand_in.hosts} ({stand_in.stage} stage, "
-            f"{stand_in.image} vars) in place of {', '.join(hosts)}"
+            f"{stand_in.image} vars) in place of {', '.join(n.address for n in nodes)}"
         )
         return run_suite(
             catalog,

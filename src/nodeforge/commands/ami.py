@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from nodeforge.aws.clients import clients_for
+from nodeforge.aws.clients import AwsClients, clients_for
 from nodeforge.aws.config import PipelineConfig, load_config
 from nodeforge.aws.errors import AwsError
-from nodeforge.aws.pipeline import PromoteResult, Validator, promote, ssh_validator
+from nodeforge.aws.pipeline import PromoteResult, Validator, promote
 from nodeforge.aws.standin import stand_in_from, stand_in_validator
 from nodeforge.catalog.loader import Catalog
-from nodeforge.commands.aws import aws_session
+from nodeforge.commands.aws import aws_session, validator_for
 from nodeforge.commands.common import checked_targets, stderr_progress
 from nodeforge.errors import EXIT_OK, EXIT_VIOLATIONS, BuildFailedError, InputError
 from nodeforge.packer.build import AmiBuildResult, build_amis
@@ -133,7 +133,7 @@ class _Promotion:
     config_path: Path
     image: str
     targets: list[Target]
-    validate: Validator
+    validator: Callable[[AwsClients], Validator]
     report_root: Path
 
     def run(
@@ -147,12 +147,13 @@ class _Promotion:
                 f"packer build reported no AMI in {region} (log: {built.regions[region].log})"
             )
         try:
+            clients = clients_for(aws_session(region), self.config)
             result = promote(
-                clients_for(aws_session(region), self.config),
+                clients,
                 image=self.image,
                 ami_id=ami,
                 profiles=[t.profile for t in self.targets],
-                validate=self.validate,
+                validate=self.validator(clients),
                 progress=progress,
                 config_path=self.config_path,
                 profile_files={
@@ -196,20 +197,21 @@ def _promotion(
 ) -> _Promotion:
     report_root = work_dir / args.image / "promote"
     stand_in = stand_in_from(os.environ)
-    validate = (
-        stand_in_validator(catalog, stand_in, report_root=report_root, progress=progress)
-        if stand_in is not None
-        else ssh_validator(
+
+    def validator(clients: AwsClients) -> Validator:
+        if stand_in is not None:
+            return stand_in_validator(catalog, stand_in, report_root=report_root, progress=progress)
+        return validator_for(
+            clients,
             catalog,
             args.image,
             report_root=report_root,
-            ssh_user=config.ssh_user,
             overrides=overrides,
             overrides_path=args.vars,
-            ssh_ready_timeout_s=config.ssh_ready_timeout_s,
+            progress=progress,
         )
-    )
-    return _Promotion(catalog, config, args.config, args.image, targets, validate, report_root)
+
+    return _Promotion(catalog, config, args.config, args.image, targets, validator, report_root)
 
 
 def _dry_run(

@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TextIO, TypeVar
 
 import boto3
 
-from nodeforge.aws.clients import clients_for
+from nodeforge.aws.clients import AwsClients, clients_for
 from nodeforge.aws.config import load_config
+from nodeforge.aws.pipeline import Validator, ssh_validator
 from nodeforge.aws.pipeline import promote as promote_ami
-from nodeforge.aws.pipeline import ssh_validator
 from nodeforge.aws.prune import Policy
 from nodeforge.aws.prune import prune as prune_amis
 from nodeforge.aws.reap import reap as reap_runs
+from nodeforge.aws.ssm_validation import ssm_validator
 from nodeforge.catalog.loader import Catalog
 from nodeforge.commands.common import checked_targets, stderr_progress
 from nodeforge.errors import EXIT_OK, EXIT_VIOLATIONS, InputError
-from nodeforge.render import to_json
+from nodeforge.render import UserOverrides, to_json
 from nodeforge.table import text_table
 from nodeforge.target import image_of
 
@@ -34,6 +36,39 @@ def aws_session(region: str) -> boto3.Session:
     return boto3.Session(region_name=region)
 
 
+def validator_for(
+    clients: AwsClients,
+    catalog: Catalog,
+    image: str,
+    *,
+    report_root: Path,
+    overrides: UserOverrides | None,
+    overrides_path: Path | None,
+    progress: Callable[[str], None],
+) -> Validator:
+    """The target stage of validation/ on the instances, over the config's transport."""
+    config = clients.config
+    if config.validation_transport == "ssm":
+        return ssm_validator(
+            clients,
+            catalog,
+            image,
+            report_root=report_root,
+            overrides=overrides,
+            overrides_path=overrides_path,
+            progress=progress,
+        )
+    return ssh_validator(
+        catalog,
+        image,
+        report_root=report_root,
+        ssh_user=config.ssh_user,
+        overrides=overrides,
+        overrides_path=overrides_path,
+        ssh_ready_timeout_s=config.ssh_ready_timeout_s,
+    )
+
+
 def promote(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     if not _AMI_ID.match(args.ami):
         raise InputError(
@@ -44,22 +79,24 @@ def promote(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     if checked is None:
         return EXIT_VIOLATIONS
     targets, overrides = checked
-    validate = ssh_validator(
+    clients = clients_for(aws_session(config.region), config)
+    progress = stderr_progress()
+    validate = validator_for(
+        clients,
         catalog,
         args.image,
         report_root=args.report_dir or Path("build") / args.image / "promote",
-        ssh_user=config.ssh_user,
         overrides=overrides,
         overrides_path=args.vars,
-        ssh_ready_timeout_s=config.ssh_ready_timeout_s,
+        progress=progress,
     )
     result = promote_ami(
-        clients_for(aws_session(config.region), config),
+        clients,
         image=args.image,
         ami_id=args.ami,
         profiles=[t.profile for t in targets],
         validate=validate,
-        progress=stderr_progress(),
+        progress=progress,
         config_path=args.config,
         profile_files={
             t.profile.name: catalog.file_of("profiles", t.profile.name) for t in targets

@@ -102,10 +102,12 @@ def build_local(
         catalog, target, mode="image", overrides=overrides, overrides_path=overrides_path
     )
     trust = host_trust_store()
-    if trust is not None and target.layer("python_ml"):
+    if trust is not None:
         # pip in the container trusts what the build host trusts (a TLS-inspecting proxy's CA
-        # included); a user's own python_ml_pip_cert wins
-        document.setdefault("python_ml_pip_cert", BUILD_TRUST_STORE)
+        # included); a user's own *_pip_cert wins
+        for layer in ("python_ml", "gpu_health"):
+            if target.layer(layer):
+                document.setdefault(f"{layer}_pip_cert", BUILD_TRUST_STORE)
     vars_path = work_dir / "vars.json"
     write_output(vars_path, to_json(document))
     _preflight_downloads(target, document, work_dir / "artifacts", progress)
