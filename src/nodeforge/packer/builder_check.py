@@ -25,7 +25,7 @@ from nodeforge.aws.standin import stand_in_from
 from nodeforge.catalog.loader import load_catalog
 from nodeforge.errors import EXIT_INPUT, EXIT_OK, EXIT_VIOLATIONS, InputError
 from nodeforge.target import target_for
-from nodeforge.validate import run_validation
+from nodeforge.validate import UNREACHABLE, ValidationRun, run_validation
 
 HOST = "NODEFORGE_BUILDER_HOST"
 PORT = "NODEFORGE_BUILDER_PORT"
@@ -81,20 +81,37 @@ def builder_hosts(environ: Mapping[str, str], folder: Path) -> str:
 
 def check_builder(
     vars_file: Path, report_dir: Path, catalog_root: Path, environ: Mapping[str, str]
-) -> bool:
-    """True when every required check of the build stage passed."""
+) -> ValidationRun:
+    """The build stage's run against the builder (or the stand-in's hosts)."""
     stand_in = stand_in_from(environ)
     if stand_in is not None:
         catalog = load_catalog(catalog_root)
         target = target_for(catalog, stand_in.image, stand_in.profile)
         hosts = stand_in.builder_hosts or stand_in.hosts
         print(f"{hosts} in place of the builder ({stand_in.image} vars)", flush=True)
-        return run_suite(catalog, target, hosts=hosts, stage="build", report_dir=report_dir).ok
+        return run_suite(catalog, target, hosts=hosts, stage="build", report_dir=report_dir)
     with tempfile.TemporaryDirectory(prefix="nodeforge-builder-") as folder:
         hosts = builder_hosts(environ, Path(folder))
         run = run_validation(hosts=hosts, vars_path=vars_file, stage="build", report_dir=report_dir)
     print(run.summary(), end="", flush=True)
-    return run.ok
+    return run
+
+
+def verdict_line(run: ValidationRun, report_dir: Path) -> str | None:
+    """What the build's log says when the check did not pass: a lost SSH connection judged
+    nothing about the image (Packer fails the build either way: no AMI)."""
+    if run.ok:
+        return None
+    if lost := run.unreachable():
+        return (
+            f"nodeforge: SSH to the builder was lost during validation's build stage "
+            f"({len(lost)} check(s) could not run: {lost[0][UNREACHABLE]}): infrastructure, "
+            f"not the image; no AMI. Run the build again (reports in {report_dir})"
+        )
+    return (
+        f"nodeforge: the builder failed validation's build stage: no AMI "
+        f"(reports in {report_dir})"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,17 +124,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--catalog", type=Path, required=True, help="the catalog of the build")
     args = parser.parse_args(argv)
     try:
-        ok = check_builder(args.vars_file, args.report_dir, args.catalog, os.environ)
+        run = check_builder(args.vars_file, args.report_dir, args.catalog, os.environ)
     except InputError as exc:
         print(f"nodeforge: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
-    if not ok:
-        print(
-            f"nodeforge: the builder failed validation's build stage: no AMI "
-            f"(reports in {args.report_dir})",
-            file=sys.stderr,
-        )
-    return EXIT_OK if ok else EXIT_VIOLATIONS
+    line = verdict_line(run, args.report_dir)
+    if line is not None:
+        print(line, file=sys.stderr)
+    return EXIT_OK if run.ok else EXIT_VIOLATIONS
 
 
 if __name__ == "__main__":
