@@ -34,6 +34,10 @@ _RECEIVERS = {
     "ssm": "ssm",
     "kms": "kms",
     "s3": "s3",
+    "autoscaling": "autoscaling",
+    "eks": "eks",
+    "autoscaling_in": "autoscaling",
+    "eks_in": "eks",
     "ec2_in": "ec2",
     "ssm_in": "ssm",
     "kms_in": "kms",
@@ -81,7 +85,7 @@ def scanned_actions() -> set[str]:
     session = botocore.session.get_session()
     clients = {
         name: session.create_client(name, region_name="us-east-1")
-        for name in ("ec2", "ssm", "kms", "s3")
+        for name in ("ec2", "ssm", "kms", "s3", "autoscaling", "eks")
     }
     actions: set[str] = set()
     for path in sorted(PACKAGE.glob("*.py")):
@@ -89,7 +93,7 @@ def scanned_actions() -> set[str]:
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue
             service = _receiver(node.func.value)
-            if service is None or node.func.attr in ("ec2_in", "ssm_in", "kms_in"):
+            if service is None or node.func.attr.endswith("_in"):
                 continue
             client = clients[service]
             method = node.func.attr

@@ -183,7 +183,9 @@ def test_dry_run_changes_nothing_and_says_why(world: World) -> None:
     assert reported[old]["snapshots"] == [snapshot]
     assert _exists(world, old)
     assert _snapshot_exists(world, snapshot)
-    changed = {op for _, op, _ in world.fake.calls if not op.startswith(("Describe", "Get"))}
+    changed = {
+        op for _, op, _ in world.fake.calls if not op.startswith(("Describe", "Get", "List"))
+    }
     assert changed == set()
 
 
@@ -404,3 +406,110 @@ def test_usage_reports_only_for_shared_images(world: World) -> None:
     decisions = _decisions(_prune(world, keep=1, deprecated_for=timedelta(days=7)))
     assert decisions[old][0] == "delete"
     assert world.fake.operations("DescribeImageUsageReports") == []
+
+
+def _template_with_history(world: World, name: str, pinned_ami: str, later_ami: str) -> str:
+    """A launch template whose version 1 names `pinned_ami`, followed by 11 versions naming
+    `later_ami`: version 1 is older than the 10 newest DescribeImageReferences reads."""
+    template = world.ec2.create_launch_template(
+        LaunchTemplateName=name, LaunchTemplateData={"ImageId": pinned_ami}
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    for _ in range(11):
+        world.ec2.create_launch_template_version(
+            LaunchTemplateId=template, LaunchTemplateData={"ImageId": later_ami}
+        )
+    return template
+
+
+def test_an_auto_scaling_group_pinned_to_an_old_template_version_keeps_its_ami(
+    world: World,
+) -> None:
+    (pinned, _), (dropped, _), (newest, _) = _amis(world, "validated", "validated", "validated")
+    template = _template_with_history(world, "training", pinned, newest)
+    subnet = world.subnet_id
+    autoscaling = world.session.client("autoscaling")
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName="trainers",
+        LaunchTemplate={"LaunchTemplateId": template, "Version": "1"},
+        MinSize=0,
+        MaxSize=4,
+        VPCZoneIdentifier=subnet,
+    )
+    result = _prune(world, keep=1, dry_run=False)
+    decisions = _decisions(result)
+    # EC2's reference check reads only the 10 newest versions: without asking the group, the
+    # AMI it scales out with would be deleted
+    assert decisions[pinned] == (
+        "keep",
+        ["Auto Scaling group trainers launches it (launch template training version 1)"],
+    )
+    assert decisions[dropped][0] == "delete"
+    assert not _exists(world, dropped)
+
+
+def test_a_mixed_instances_policy_and_the_default_version_count(world: World) -> None:
+    (by_default, _), (newest, _) = _amis(world, "validated", "validated")
+    template = world.ec2.create_launch_template(
+        LaunchTemplateName="mixed", LaunchTemplateData={"ImageId": by_default}
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    for _ in range(11):
+        world.ec2.create_launch_template_version(
+            LaunchTemplateId=template, LaunchTemplateData={"ImageId": newest}
+        )
+    world.session.client("autoscaling").create_auto_scaling_group(
+        AutoScalingGroupName="mixed",
+        MixedInstancesPolicy={
+            "LaunchTemplate": {
+                "LaunchTemplateSpecification": {"LaunchTemplateName": "mixed"},
+                "Overrides": [{"InstanceType": "p5.48xlarge"}],
+            }
+        },
+        MinSize=0,
+        MaxSize=2,
+        VPCZoneIdentifier=world.subnet_id,
+    )
+    action, reasons = _decisions(_prune(world, keep=1, dry_run=True))[by_default]
+    assert action == "keep"
+    assert reasons == [
+        "Auto Scaling group mixed launches it (launch template mixed version 1 as $Default)"
+    ]
+
+
+def test_an_eks_node_group_pinned_to_an_old_template_version_keeps_its_ami(
+    world: World,
+) -> None:
+    (pinned, _), (newest, _) = _amis(world, "validated", "validated")
+    template = _template_with_history(world, "gpu-nodes", pinned, newest)
+    eks = world.session.client("eks")
+    role = "arn:aws:iam::123456789012:role/eks"
+    eks.create_cluster(
+        name="research", roleArn=role, resourcesVpcConfig={"subnetIds": [world.subnet_id]}
+    )
+    eks.create_nodegroup(
+        clusterName="research",
+        nodegroupName="p5",
+        nodeRole=role,
+        subnets=[world.subnet_id],
+        launchTemplate={"id": template, "version": "1"},
+    )
+    action, reasons = _decisions(_prune(world, keep=1, dry_run=True))[pinned]
+    assert (action, reasons) == (
+        "keep",
+        ["EKS node group research/p5 launches it (launch template gpu-nodes version 1)"],
+    )
+
+
+def test_a_group_naming_a_deleted_template_pins_nothing(world: World) -> None:
+    (old, _), (_newest, _) = _amis(world, "validated", "validated")
+    template = world.ec2.create_launch_template(
+        LaunchTemplateName="gone", LaunchTemplateData={"ImageId": old}
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    world.session.client("autoscaling").create_auto_scaling_group(
+        AutoScalingGroupName="orphan",
+        LaunchTemplate={"LaunchTemplateId": template, "Version": "1"},
+        MinSize=0,
+        MaxSize=1,
+        VPCZoneIdentifier=world.subnet_id,
+    )
+    world.ec2.delete_launch_template(LaunchTemplateId=template)
+    assert _decisions(_prune(world, keep=1, dry_run=True))[old][0] == "delete"

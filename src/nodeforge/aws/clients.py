@@ -12,7 +12,9 @@ from nodeforge.aws.config import PipelineConfig
 
 # type stubs, a dev dependency: the installed tool never imports them
 if TYPE_CHECKING:
+    from mypy_boto3_autoscaling import AutoScalingClient
     from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_eks import EKSClient
     from mypy_boto3_kms import KMSClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_ssm import SSMClient
@@ -35,6 +37,12 @@ class AwsClients:
 
     def kms_in(self, region: str) -> KMSClient:
         return self.session.client("kms", region_name=region, config=_retries(self.config))
+
+    def autoscaling_in(self, region: str) -> AutoScalingClient:
+        return self.session.client("autoscaling", region_name=region, config=_retries(self.config))
+
+    def eks_in(self, region: str) -> EKSClient:
+        return self.session.client("eks", region_name=region, config=_retries(self.config))
 
 
 def _retries(config: PipelineConfig) -> Config:

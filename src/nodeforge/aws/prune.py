@@ -1,13 +1,15 @@
 """Prune: keep the newest N validated AMIs of an image, deregister the others (and delete their
 snapshots), never one that something still launches from (EC2's DescribeImageReferences says
-what does)."""
+what does, and the Auto Scaling and EKS node groups say which launch template versions they
+launch: nodeforge.aws.pinned)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -16,6 +18,7 @@ from nodeforge.aws import tags
 from nodeforge.aws.clients import AwsClients
 from nodeforge.aws.encryption import snapshot_ids
 from nodeforge.aws.errors import aws_error
+from nodeforge.aws.pinned import auto_scaling_uses, node_group_uses, pinned_images
 from nodeforge.aws.publish import deprecate_soon
 
 # type stubs, a dev dependency: the installed tool never imports them
@@ -144,8 +147,18 @@ def prune(
     try:
         for region in (config.region, *config.copy_regions):
             ec2 = clients.ec2 if region == config.region else clients.ec2_in(region)
+            uses = chain(
+                auto_scaling_uses(clients.autoscaling_in(region)),
+                node_group_uses(clients.eks_in(region)),
+            )
             decisions = plan(
-                ec2, region=region, image=image, policy=policy, now=now, shared=bool(config.shares)
+                ec2,
+                region=region,
+                image=image,
+                policy=policy,
+                now=now,
+                shared=bool(config.shares),
+                pinned=pinned_images(ec2, uses),
             )
             result.decisions += decisions if dry_run else _apply(ec2, decisions, now, progress)
     except (ClientError, BotoCoreError) as exc:
@@ -154,12 +167,22 @@ def prune(
 
 
 def plan(
-    ec2: EC2Client, *, region: str, image: str, policy: Policy, now: datetime, shared: bool
+    ec2: EC2Client,
+    *,
+    region: str,
+    image: str,
+    policy: Policy,
+    now: datetime,
+    shared: bool,
+    pinned: Mapping[str, list[str]] | None = None,
 ) -> list[Decision]:
     """What to do with each AMI of the image in the region. `shared`: the config shares the
-    image's AMIs with other accounts, whose use only a usage report shows."""
+    image's AMIs with other accounts, whose use only a usage report shows. `pinned`: AMI id ->
+    the groups that launch it through a launch template version (nodeforge.aws.pinned)."""
     images = _images_of(ec2, image)
     references = _references(ec2, [i["ImageId"] for i in images])
+    for ami_id, users in (pinned or {}).items():
+        references[ami_id] += [u for u in users if u not in references[ami_id]]
     # other accounts can launch only what was published (validated, then shared)
     outgoing = [
         i
@@ -365,7 +388,7 @@ def _images_of(ec2: EC2Client, image: str) -> list[ImageTypeDef]:
     return [ami for page in pages for ami in page.get("Images", [])]
 
 
-def _references(ec2: EC2Client, ami_ids: list[str]) -> dict[str, list[str]]:
+def _references(ec2: EC2Client, ami_ids: list[str]) -> defaultdict[str, list[str]]:
     """Why each AMI must stay: what EC2 finds referencing it."""
     found: defaultdict[str, list[str]] = defaultdict(list)
     paginator = ec2.get_paginator("describe_image_references")

@@ -109,8 +109,7 @@ def verdict_line(run: ValidationRun, report_dir: Path) -> str | None:
             f"not the image; no AMI. Run the build again (reports in {report_dir})"
         )
     return (
-        f"nodeforge: the builder failed validation's build stage: no AMI "
-        f"(reports in {report_dir})"
+        f"nodeforge: the builder failed validation's build stage: no AMI (reports in {report_dir})"
     )
 
 
