@@ -33,7 +33,7 @@ FINDINGS: list[dict[str, Any]] = yaml.safe_load(
 )
 COMMANDS = (
     *("list", "show", "check", "render", "matrix"),
-    *("build", "validate", "lock", "promote", "prune"),
+    *("build", "validate", "drift", "lock", "promote", "prune"),
 )
 ERROR = "nodeforge: error: "
 
@@ -54,6 +54,7 @@ _EXITS = {
     "nodeforge.local.build._preflight_downloads": "the artifact downloads",
     "nodeforge.local.podman.podman_path": "podman",
     "nodeforge.commands.machines.run_validation": "testinfra",
+    "nodeforge.drift.expand": "the nodes",
     "nodeforge.commands.lock.lock_environment": "pip",
 }
 

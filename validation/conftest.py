@@ -24,11 +24,10 @@ from nodeforge.acceptance import Verdict, baseline_verdict
 from nodeforge.nccl_launch import LAUNCHERS
 from nodeforge.probes import local_fact
 from nodeforge.report import not_applicable
-from nodeforge.validate import UNJUDGED
+from nodeforge.validate import CAPABILITIES, UNJUDGED
 
 # Also when pytest runs the suite by hand: without the plugin a skip would read as a pass.
 pytest_plugins = ("nodeforge.report",)
-CAPABILITIES = ("gpu", "nvswitch", "efa", "multinode")
 Judge = Callable[[str, Sequence[float]], list[Verdict]]
 
 

@@ -24,6 +24,8 @@ Stage = Literal["build", "target"]
 NOT_RUN = "not run"
 OUTCOMES = ("passed", "failed", "skipped", NOT_RUN)
 """A check's outcome: `skipped` did not apply to the target; `not run` was required and skipped."""
+CAPABILITIES = ("gpu", "nvswitch", "efa", "multinode")
+"""The hardware markers of validation/: a check needing one judges the machine."""
 UNJUDGED = "unjudged"
 UNREACHABLE = "unreachable"
 """A failed check's field: what ssh said when it lost the host (the check judged nothing about
@@ -122,9 +124,11 @@ def run_validation(
     launcher: Launcher = "mpirun",
     ssh_extra_args: str | None = None,
     pytest_command: Sequence[str] = (sys.executable, "-m", "pytest"),
+    select: str | None = None,
 ) -> ValidationRun:
     """pytest over validation/ for `hosts` (testinfra's --hosts: podman://, ssh://, ansible://);
-    `ssh_extra_args` go to every ssh:// connection (testinfra's --ssh-extra-args)."""
+    `ssh_extra_args` go to every ssh:// connection (testinfra's --ssh-extra-args); `select`:
+    a pytest -m expression (the other checks are not collected)."""
     if not VALIDATION_SUITE.is_dir():
         raise InputError("the validation suite is missing", file=VALIDATION_SUITE)
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -152,6 +156,8 @@ def run_validation(
     ]
     if ssh_extra_args:
         argv.append(f"--ssh-extra-args={ssh_extra_args}")
+    if select:
+        argv += ["-m", select]
     if parallel:
         argv += ["-n", "auto"]
     result = subprocess.run(argv, capture_output=True, text=True, check=False)

@@ -1,7 +1,8 @@
 """Every layer in one image: `nodeforge build --target local --reconverge` of the whole stack
 (tests/mirror/whole_stack.py) from a catalog copy and the served test mirror. The converge
 passes, the second converge changes nothing, the build stage of validation/ passes with no skip
-but those the hardware decides, and pip and the lock are the catalog copy's and the mirror's."""
+but those the hardware decides, pip and the lock are the catalog copy's and the mirror's, and
+`nodeforge drift` on a node of the image finds a changed NCCL environment file and nothing else."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from urllib.parse import unquote
 import pytest
 
 from nodeforge.catalog.models import LAYERS
+from nodeforge.local.podman import SystemdContainer
+from nodeforge.local.podman import run as podman
 from nodeforge.paths import VALIDATION_SUITE
 from tests.conftest import SHIPPED
 from tests.integration.conftest import (
@@ -103,3 +106,14 @@ def test_whole_stack_builds_reconverges_and_validates(
     fetched = {unquote(path.split("?")[0]).rsplit("/", 1)[-1] for path in served.server.requests}
     assert wheels
     assert not [w for w in wheels if w not in fetched]
+    # a node of the image: its only drift is the NCCL environment file changed on it
+    with SystemdContainer(summary["image_ref"]) as node:
+        to_sockets = 's/^NCCL_NET="AWS Libfabric"$/NCCL_NET="Socket"/'
+        podman(["exec", node.name, "sed", "-i", to_sockets, "/etc/nodeforge/nccl.env"])
+        drift = nodeforge_cli(
+            "drift", "--hosts", f"podman://{node.name}", "--catalog", str(catalog),
+            "--vars", str(overrides), "--report-dir", str(tmp_path / "drift"), "--json",
+        )  # fmt: skip
+    assert drift.returncode == 1, drift.stderr[-3000:]
+    [found] = json.loads(drift.stdout)["nodes"]
+    assert [d["check"].split("[")[0] for d in found["drifted"]] == ["test_nccl_environment"]

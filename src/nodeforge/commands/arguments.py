@@ -133,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--allow-unverified", action="store_true")
 
+    _add_drift_parser(sub, common)
     _add_aws_parsers(sub, common)
 
     _add_lock_parser(sub, common)
@@ -180,6 +181,23 @@ def _add_pipeline_config(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config", type=Path, required=True, metavar="FILE", help="pipeline settings (YAML/JSON)"
     )
+
+
+def _add_drift_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
+    """`drift`: running nodes against the image their manifest names."""
+    p = sub.add_parser(
+        "drift",
+        parents=[common],
+        help="what running nodes no longer have of the image their manifest names",
+    )
+    p.add_argument(
+        "--hosts", help="testinfra hosts: ssh://HOST, podman://NAME, ... (comma-separated)"
+    )
+    p.add_argument("--inventory", type=Path, metavar="FILE", help="an Ansible inventory")
+    p.add_argument("--limit", metavar="PATTERN", help="the inventory's hosts to check")
+    p.add_argument("--profile", help="the profile to render (default: the image's first)")
+    p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
+    p.add_argument("--report-dir", type=Path, metavar="DIR", help="default: build/drift")
 
 
 def _add_aws_parsers(sub: argparse._SubParsersAction[P], common: P) -> None:

@@ -1,4 +1,5 @@
-"""Commands that act on machines: build (a local image, or an AMI) and validate (hosts)."""
+"""Commands that act on machines: build (a local image, or an AMI), validate (hosts) and
+drift (running nodes against their image)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from typing import TextIO
 from nodeforge.catalog.loader import Catalog
 from nodeforge.commands import ami
 from nodeforge.commands.common import checked_target, stderr_progress
+from nodeforge.drift import drift as find_drift
+from nodeforge.drift import parse_urls
 from nodeforge.errors import EXIT_OK, EXIT_VIOLATIONS
 from nodeforge.hosts import check_hosts
 from nodeforge.local.build import build_local
 from nodeforge.outfile import output_folder, write_output
 from nodeforge.paths import REPO_ROOT
-from nodeforge.render import render, to_json
+from nodeforge.render import load_overrides, render, to_json
 from nodeforge.table import text_table
 from nodeforge.validate import run_validation
 
@@ -89,3 +92,41 @@ def validate(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_OK if run.ok else EXIT_VIOLATIONS
     out.write(run.summary())
     return EXIT_OK if run.ok else EXIT_VIOLATIONS
+
+
+def drift(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+    urls = parse_urls(args.hosts, args.inventory, args.limit)
+    overrides = load_overrides(args.vars) if args.vars else None
+    # where the reports go is checked before any node is reached
+    report_root = output_folder(args.report_dir or Path("build") / "drift")
+    progress = stderr_progress()
+    progress(f"reading the manifests of {', '.join(urls)}")
+    result = find_drift(
+        catalog,
+        urls,
+        report_root=report_root,
+        profile=args.profile,
+        overrides=overrides,
+        overrides_path=args.vars,
+        progress=progress,
+    )
+    code = EXIT_OK if result.clean else EXIT_VIOLATIONS
+    if args.json:
+        out.write(to_json(result.to_json()))
+        return code
+    parts = []
+    for node in result.nodes:
+        head = f"{node.node.hostname}  image {node.image or '?'}"
+        if node.error is not None:
+            parts.append(f"{head}: not checked: {node.error}\n")
+        elif not node.drifted:
+            parts.append(f"{head}: no drift\n")
+        else:
+            rows = [[d["check"], d["found"][:100]] for d in node.drifted]
+            table = text_table(["check", "found"], rows)
+            parts.append(f"{head}: {len(node.drifted)} drifted\n{table}\n")
+    drifted = sum(not n.clean for n in result.nodes)
+    parts.append(f"{drifted} of {len(result.nodes)} node(s) drifted or not checked")
+    parts += [f"report: {path}" for path in result.reports]
+    out.write("\n".join(parts) + "\n")
+    return code
