@@ -33,7 +33,7 @@ FINDINGS: list[dict[str, Any]] = yaml.safe_load(
 )
 COMMANDS = (
     *("list", "show", "check", "render", "matrix"),
-    *("build", "validate", "drift", "lock", "promote", "prune"),
+    *("build", "validate", "drift", "apply", "lock", "promote", "prune"),
 )
 ERROR = "nodeforge: error: "
 
@@ -55,6 +55,7 @@ _EXITS = {
     "nodeforge.local.podman.podman_path": "podman",
     "nodeforge.commands.machines.run_validation": "testinfra",
     "nodeforge.drift.expand": "the nodes",
+    "nodeforge.apply.run_playbook": "Ansible",
     "nodeforge.commands.lock.lock_environment": "pip",
 }
 

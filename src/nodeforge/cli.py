@@ -117,14 +117,16 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         if command == "render":
             return catalog_commands.render_target(catalog, args, out)
         return catalog_commands.matrix(catalog, args.markdown, args.json, out)
-    if command in ("build", "validate", "drift"):
+    if command in ("build", "validate", "drift", "apply"):
         from nodeforge.commands import machines
 
-        if command == "build":
-            return machines.build(catalog, args, out)
-        if command == "drift":
-            return machines.drift(catalog, args, out)
-        return machines.validate(catalog, args, out)
+        run_command = {
+            "build": machines.build,
+            "validate": machines.validate,
+            "drift": machines.drift,
+            "apply": machines.apply,
+        }[command]
+        return run_command(catalog, args, out)
     if command in ("promote", "reap", "prune"):
         from nodeforge.aws.errors import AwsError
         from nodeforge.commands import aws as aws_commands

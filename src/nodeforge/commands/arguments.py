@@ -134,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-unverified", action="store_true")
 
     _add_drift_parser(sub, common)
+    _add_apply_parser(sub, common)
     _add_aws_parsers(sub, common)
 
     _add_lock_parser(sub, common)
@@ -181,6 +182,24 @@ def _add_pipeline_config(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config", type=Path, required=True, metavar="FILE", help="pipeline settings (YAML/JSON)"
     )
+
+
+def _add_apply_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
+    """`apply`: an image's layers onto running nodes, in rolling batches."""
+    p = sub.add_parser(
+        "apply", parents=[common], help="converge an image's layers onto running nodes"
+    )
+    p.add_argument("image")
+    p.add_argument("--profile", help="target profile (needed when the image has several)")
+    p.add_argument("--hosts", help="ssh://[USER@]HOST[:PORT] or podman://NAME (comma-separated)")
+    p.add_argument("--inventory", type=Path, metavar="FILE", help="an Ansible inventory")
+    p.add_argument("--limit", metavar="PATTERN", help="the inventory's hosts to converge")
+    p.add_argument("--check", action="store_true", help="show what would change; change nothing")
+    p.add_argument("--batch", metavar="N|P%", help="nodes per batch after the canary (10%%)")
+    p.add_argument("--canary", metavar="N|P%", help="nodes in the first batch (default 1)")
+    p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
+    p.add_argument("--work-dir", type=Path, metavar="DIR", help="default: build/IMAGE/apply")
+    p.add_argument("--allow-unverified", action="store_true")
 
 
 def _add_drift_parser(sub: argparse._SubParsersAction[P], common: P) -> None:

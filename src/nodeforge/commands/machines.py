@@ -7,6 +7,8 @@ import argparse
 from pathlib import Path
 from typing import TextIO
 
+from nodeforge.apply import apply as apply_image
+from nodeforge.apply import inventory_of, serial
 from nodeforge.catalog.loader import Catalog
 from nodeforge.commands import ami
 from nodeforge.commands.common import checked_target, stderr_progress
@@ -129,4 +131,51 @@ def drift(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     parts.append(f"{drifted} of {len(result.nodes)} node(s) drifted or not checked")
     parts += [f"report: {path}" for path in result.reports]
     out.write("\n".join(parts) + "\n")
+    return code
+
+
+def apply(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+    checked = checked_target(catalog, args, "not applied")
+    if checked is None:
+        return EXIT_VIOLATIONS
+    target, overrides = checked
+    urls = parse_urls(args.hosts, args.inventory, args.limit)
+    inventory = args.inventory.resolve() if args.inventory else inventory_of(urls)
+    batches = serial(args.batch, args.canary)
+    work_dir = output_folder(args.work_dir or Path("build") / target.image.name / "apply")
+    progress = stderr_progress()
+    mode = "check mode: nothing changes" if args.check else f"batches {batches}"
+    progress(f"applying {target.image.name} ({target.profile.name}) in node mode, {mode}")
+    result = apply_image(
+        catalog,
+        target,
+        inventory=inventory,
+        limit=args.limit,
+        work_dir=work_dir,
+        repo_root=REPO_ROOT,
+        check=args.check,
+        batches=batches,
+        progress=progress,
+        overrides=overrides,
+        overrides_path=args.vars,
+    )
+    code = EXIT_OK if result.ok else EXIT_VIOLATIONS
+    if args.json:
+        out.write(to_json(result.to_json()))
+        return code
+    document = result.to_json()
+    rows = [
+        [host, *(str(node[k]) for k in ("ok", "changed", "failures", "unreachable", "skipped"))]
+        for host, node in document["nodes"].items()
+    ]
+    rows += [[host, "-", "-", "-", "-", "-"] for host in result.untouched]
+    verb = "would change" if args.check else "changed"
+    lines = [text_table(["node", "ok", verb, "failed", "unreachable", "skipped"], rows), ""]
+    for host, node in document["nodes"].items():
+        lines += [f"{host} {verb}: {task}" for task in node["changes"]]
+    if result.untouched:
+        lines.append(f"untouched (a batch before theirs failed): {', '.join(result.untouched)}")
+    lines += [f"failed: {failure.splitlines()[0]}" for failure in result.playbook.failures]
+    lines.append(f"log      {result.log}")
+    out.write("\n".join(lines) + "\n")
     return code

@@ -51,6 +51,10 @@ class PlaybookResult:
     failures: list[str] = field(default_factory=list)
     changed_tasks: list[str] = field(default_factory=list)
     roles: RoleClock = field(default_factory=RoleClock)
+    hosts: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per host, Ansible's recap: ok, changed, failures, unreachable, skipped, rescued, ignored."""
+    host_changes: dict[str, list[str]] = field(default_factory=dict)
+    """Per host, the tasks that changed (or would, in check mode) something on it."""
 
 
 def ansible_playbook() -> str:
@@ -75,8 +79,10 @@ def run_playbook(
     log: Path,
     progress: Progress,
     extra_args: Sequence[str] = (),
+    name_hosts: bool = False,
 ) -> PlaybookResult:
-    """Run the playbook; every raw line goes to `log`, one progress line per task to `progress`."""
+    """Run the playbook; every raw line goes to `log`, one progress line per task to `progress`
+    (with `name_hosts`, a changed or failed line names its hosts: a run against many)."""
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(repo_root / "ansible.cfg"),
@@ -111,7 +117,7 @@ def run_playbook(
         assert process.stdout is not None
         for line in process.stdout:
             sink.write(line)
-            _follow(line, result, progress)
+            _follow(line, result, progress, name_hosts=name_hosts)
         result.returncode = process.wait()
     result.roles.stop(time.monotonic())
     return result
@@ -157,7 +163,9 @@ def expect_failure(
     return output
 
 
-def _follow(line: str, result: PlaybookResult, progress: Progress) -> None:
+def _follow(
+    line: str, result: PlaybookResult, progress: Progress, *, name_hosts: bool = False
+) -> None:
     try:
         event: dict[str, Any] = json.loads(line)
     except json.JSONDecodeError:
@@ -171,16 +179,23 @@ def _follow(line: str, result: PlaybookResult, progress: Progress) -> None:
         result.roles.start(name, time.monotonic())
         progress(f"[{result.tasks:3d}] {name}")
     elif kind == "v2_runner_on_ok":
-        if any(h.get("changed") for h in event.get("hosts", {}).values()):
+        changed = [h for h, outcome in event.get("hosts", {}).items() if outcome.get("changed")]
+        for host in changed:
+            result.host_changes.setdefault(host, []).append(name)
+        if changed:
             result.changed_tasks.append(name)
-            progress(f"      changed: {name}")
+            on = f" on {', '.join(changed)}" if name_hosts else ""
+            progress(f"      changed: {name}{on}")
     elif kind in ("v2_runner_on_failed", "v2_runner_on_unreachable"):
         for host, outcome in event.get("hosts", {}).items():
             if outcome.get("ignore_errors"):
                 continue
             message = str(outcome.get("msg") or outcome.get("stderr") or "failed").strip()
             result.failures.append(f"{name} on {host}: {message}")
-            progress(f"      FAILED: {name}: {message.splitlines()[0] if message else ''}")
+            on = f" on {host}" if name_hosts else ""
+            progress(f"      FAILED: {name}{on}: {message.splitlines()[0] if message else ''}")
     elif kind == "v2_playbook_on_stats":
         result.roles.stop(time.monotonic())
-        result.changed = sum(int(s.get("changed", 0)) for s in event.get("stats", {}).values())
+        stats: dict[str, dict[str, int]] = event.get("stats", {})
+        result.changed = sum(int(s.get("changed", 0)) for s in stats.values())
+        result.hosts = {host: {k: int(v) for k, v in s.items()} for host, s in stats.items()}

@@ -1,0 +1,162 @@
+"""`nodeforge apply`: the image's layers converged onto running nodes, in rolling batches.
+
+The vars are rendered in node mode (no image cleanup; roles restart no hardware service and
+reboot nothing unless the vars allow it) and `playbooks/node.yml` runs against the nodes with
+Ansible's own rolling update: `serial` takes the canary batch first, then batches of `--batch`,
+and `max_fail_percentage: 0` ends the run at the first failed node, leaving every later batch
+untouched. `--check` is Ansible's check mode with diffs: what would change, per node, and
+nothing changed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from nodeforge.catalog.loader import Catalog
+from nodeforge.errors import InputError
+from nodeforge.local.playbook import PlaybookResult, Progress, run_playbook
+from nodeforge.outfile import output_folder, write_output
+from nodeforge.render import UserOverrides, render, to_json
+from nodeforge.target import Target
+
+_BATCH = re.compile(r"^(?:[1-9]\d*|(?:100|[1-9]\d?)%)$")
+_RECAP = ("ok", "changed", "failures", "unreachable", "skipped")
+
+
+def batch_size(value: str, option: str) -> int | str:
+    """An Ansible `serial` entry: a node count, or a percentage of the nodes."""
+    if not _BATCH.match(value):
+        raise InputError(
+            f"'{value}' is not a batch size",
+            field=option,
+            fix="give a node count (4) or a percentage of the nodes (25%)",
+        )
+    return value if value.endswith("%") else int(value)
+
+
+def serial(batch: str | None, canary: str | None) -> list[int | str]:
+    """node.yml's `serial`: the canary batch (one node unless told), then the batch size."""
+    rest = batch_size(batch, "--batch") if batch else "10%"
+    return [batch_size(canary, "--canary") if canary else 1, rest]
+
+
+def inventory_of(urls: list[str]) -> dict[str, Any]:
+    """An Ansible inventory for testinfra-style host URLs: ssh://[user@]host[:port],
+    podman://CONTAINER (the pipelined podman connection) and local://."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for url in urls:
+        parts = urlsplit(url)
+        name = parts.hostname or ""
+        if parts.scheme == "ssh" and name:
+            entry: dict[str, Any] = {"ansible_host": name}
+            if parts.username:
+                entry["ansible_user"] = parts.username
+            if parts.port:
+                entry["ansible_port"] = parts.port
+        elif parts.scheme == "podman" and parts.netloc:
+            name = parts.netloc
+            entry = {"ansible_connection": "nodeforge_podman"}
+        elif parts.scheme == "local":
+            name, entry = "localhost", {"ansible_connection": "local"}
+        else:
+            raise InputError(
+                f"'{url}' is not a node apply can reach",
+                field="--hosts",
+                fix="name nodes as ssh://[USER@]HOST[:PORT] or podman://CONTAINER, or give an "
+                "Ansible inventory with --inventory",
+            )
+        hosts[name] = entry
+    return {"all": {"hosts": hosts}}
+
+
+@dataclass
+class ApplyResult:
+    image: str
+    profile: str
+    check: bool
+    playbook: PlaybookResult
+    log: Path
+    untouched: list[str] = field(default_factory=list)
+    """Nodes of the inventory the run never reached: a batch before theirs failed."""
+
+    @property
+    def ok(self) -> bool:
+        failed = any(s.get("failures") or s.get("unreachable") for s in self.nodes().values())
+        return self.playbook.returncode == 0 and not failed and not self.untouched
+
+    def nodes(self) -> dict[str, dict[str, int]]:
+        return self.playbook.hosts
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "profile": self.profile,
+            "check": self.check,
+            "ok": self.ok,
+            "nodes": {
+                host: {
+                    **{k: stats.get(k, 0) for k in _RECAP},
+                    "changes": self.playbook.host_changes.get(host, []),
+                }
+                for host, stats in self.nodes().items()
+            },
+            "untouched": self.untouched,
+            "failures": self.playbook.failures,
+            "log": str(self.log),
+        }
+
+
+def apply(
+    catalog: Catalog,
+    target: Target,
+    *,
+    inventory: Path | dict[str, Any],
+    limit: str | None,
+    work_dir: Path,
+    repo_root: Path,
+    check: bool,
+    batches: list[int | str],
+    progress: Progress,
+    overrides: UserOverrides | None = None,
+    overrides_path: Path | None = None,
+) -> ApplyResult:
+    folder = output_folder(work_dir)
+    document = render(
+        catalog, target, mode="node", overrides=overrides, overrides_path=overrides_path
+    )
+    document["nodeforge_batch_size"] = batches
+    vars_path = folder / "vars.json"
+    write_output(vars_path, to_json(document))
+    if isinstance(inventory, dict):
+        inventory_path = folder / "inventory.yml"
+        write_output(inventory_path, yaml.safe_dump(inventory, sort_keys=False))
+        listed = list(inventory["all"]["hosts"])
+    else:
+        inventory_path, listed = inventory, []
+    extra = [*(["--limit", limit] if limit else []), *(["--check", "--diff"] if check else [])]
+    log = folder / "ansible.log"
+    result = run_playbook(
+        repo_root / "playbooks" / "node.yml",
+        inventory=inventory_path,
+        extra_vars=vars_path,
+        repo_root=repo_root,
+        log=log,
+        progress=progress,
+        extra_args=extra,
+        name_hosts=True,
+    )
+    untouched = [host for host in listed if host not in result.hosts]
+    return ApplyResult(
+        image=target.image.name,
+        profile=target.profile.name,
+        check=check,
+        playbook=result,
+        log=log,
+        untouched=untouched,
+    )

@@ -1,0 +1,65 @@
+"""nodeforge.apply without nodes: batch sizes, the inventory made from host URLs, the verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nodeforge.apply import ApplyResult, batch_size, inventory_of, serial
+from nodeforge.errors import InputError
+from nodeforge.local.playbook import PlaybookResult
+
+
+def test_the_canary_batch_comes_first() -> None:
+    assert serial(None, None) == [1, "10%"]
+    assert serial("4", "2") == [2, 4]
+    assert serial("25%", None) == [1, "25%"]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "101%", "0%", "ten", "5.5", ""])
+def test_a_batch_size_is_a_count_or_a_percentage(value: str) -> None:
+    with pytest.raises(InputError, match="is not a batch size") as error:
+        batch_size(value, "--batch")
+    assert error.value.field == "--batch"
+
+
+def test_host_urls_become_an_inventory() -> None:
+    inventory = inventory_of(["ssh://ubuntu@10.0.0.5:2222", "ssh://node2", "podman://c1"])
+    assert inventory == {
+        "all": {
+            "hosts": {
+                "10.0.0.5": {
+                    "ansible_host": "10.0.0.5",
+                    "ansible_user": "ubuntu",
+                    "ansible_port": 2222,
+                },
+                "node2": {"ansible_host": "node2"},
+                "c1": {"ansible_connection": "nodeforge_podman"},
+            }
+        }
+    }
+    with pytest.raises(InputError, match="not a node apply can reach"):
+        inventory_of(["kubectl://pod"])
+
+
+def _result(hosts: dict[str, dict[str, int]], code: int, untouched: list[str]) -> ApplyResult:
+    playbook = PlaybookResult(returncode=code, hosts=hosts, host_changes={"a": ["t"]})
+    return ApplyResult("img", "p", False, playbook, Path("log"), untouched)
+
+
+def test_a_run_is_ok_only_when_every_node_converged() -> None:
+    converged = {"ok": 70, "changed": 1, "failures": 0, "unreachable": 0, "skipped": 3}
+    assert _result({"a": converged}, 0, []).ok
+    assert not _result({"a": {**converged, "failures": 1}}, 2, ["b"]).ok
+    assert not _result({"a": {**converged, "unreachable": 1}}, 4, []).ok
+    assert not _result({"a": converged}, 0, ["b"]).ok
+    shown = _result({"a": converged}, 0, []).to_json()
+    assert shown["nodes"]["a"] == {
+        "ok": 70,
+        "changed": 1,
+        "failures": 0,
+        "unreachable": 0,
+        "skipped": 3,
+        "changes": ["t"],
+    }
