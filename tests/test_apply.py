@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge.apply import ApplyResult, batch_size, inventory_of, serial
+from nodeforge.apply import ApplyResult, batch_size, inventory_of, serial, version_changes, versions
 from nodeforge.errors import InputError
 from nodeforge.local.playbook import PlaybookResult
 
@@ -62,4 +62,34 @@ def test_a_run_is_ok_only_when_every_node_converged() -> None:
         "unreachable": 0,
         "skipped": 3,
         "changes": ["t"],
+        "versions": [],
     }
+
+
+def test_versions_are_every_version_leaf_of_the_manifest() -> None:
+    manifest = {
+        "image": "p5-ubuntu24.04",
+        "aws_ofi_nccl_version": "1.18.0",
+        "stack": {
+            "driver": {"version": "580.95.05", "branch": 580},
+            "frameworks": {"pytorch": {"version": "2.15.0", "variant": "cu132"}},
+            "nccl": {"version": None},
+        },
+    }
+    assert versions(manifest) == {
+        "image": "p5-ubuntu24.04",
+        "aws_ofi_nccl_version": "1.18.0",
+        "stack.driver.version": "580.95.05",
+        "stack.frameworks.pytorch.version": "2.15.0",
+    }
+    assert versions(None) == {}
+
+
+def test_version_changes_name_the_old_and_the_new() -> None:
+    before = {"stack.driver.version": "570.1", "image": "a", "gone.version": "1"}
+    after = {"stack.driver.version": "580.2", "image": "a", "new.version": "2"}
+    assert version_changes(before, after) == [
+        "gone.version: 1 -> -",
+        "new.version: - -> 2",
+        "stack.driver.version: 570.1 -> 580.2",
+    ]

@@ -55,6 +55,7 @@ _EXITS = {
     "nodeforge.local.podman.podman_path": "podman",
     "nodeforge.commands.machines.run_validation": "testinfra",
     "nodeforge.drift.expand": "the nodes",
+    "nodeforge.apply.expand": "the nodes",
     "nodeforge.apply.run_playbook": "Ansible",
     "nodeforge.commands.lock.lock_environment": "pip",
 }

@@ -11,6 +11,7 @@ nothing changed.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from nodeforge.catalog.loader import Catalog
+from nodeforge.drift import expand, read_manifest
 from nodeforge.errors import InputError
 from nodeforge.local.playbook import PlaybookResult, Progress, run_playbook
 from nodeforge.outfile import output_folder, write_output
@@ -75,6 +77,33 @@ def inventory_of(urls: list[str]) -> dict[str, Any]:
     return {"all": {"hosts": hosts}}
 
 
+def versions(manifest: Mapping[str, Any] | None) -> dict[str, str]:
+    """What a manifest says was installed, by dotted path: every `version` or `*_version` leaf
+    (the stack's driver, CUDA, NCCL, EFA installer, frameworks ...) and the image."""
+    found: dict[str, str] = {}
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, Mapping):
+            for key, inner in value.items():
+                walk(inner, f"{path}.{key}" if path else str(key))
+        elif value is not None and path.rsplit(".", 1)[-1].endswith("version"):
+            found[path] = str(value)
+
+    if manifest is not None:
+        walk(manifest, "")
+        found["image"] = str(manifest.get("image"))
+    return found
+
+
+def version_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """ "path: old -> new" for every version that differs (a missing side shows as -)."""
+    return [
+        f"{key}: {before.get(key, '-')} -> {after.get(key, '-')}"
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    ]
+
+
 @dataclass
 class ApplyResult:
     image: str
@@ -84,6 +113,9 @@ class ApplyResult:
     log: Path
     untouched: list[str] = field(default_factory=list)
     """Nodes of the inventory the run never reached: a batch before theirs failed."""
+    changed_versions: dict[str, list[str]] = field(default_factory=dict)
+    """Per node, the versions its manifest names before and after the run (in check mode: the
+    manifest the run would write)."""
 
     @property
     def ok(self) -> bool:
@@ -103,6 +135,7 @@ class ApplyResult:
                 host: {
                     **{k: stats.get(k, 0) for k in _RECAP},
                     "changes": self.playbook.host_changes.get(host, []),
+                    "versions": self.changed_versions.get(host, []),
                 }
                 for host, stats in self.nodes().items()
             },
@@ -117,6 +150,7 @@ def apply(
     target: Target,
     *,
     inventory: Path | dict[str, Any],
+    node_urls: list[str],
     limit: str | None,
     work_dir: Path,
     repo_root: Path,
@@ -139,6 +173,9 @@ def apply(
         listed = list(inventory["all"]["hosts"])
     else:
         inventory_path, listed = inventory, []
+    nodes = expand(node_urls)
+    manifest_path = str(catalog.common.vars["nodeforge_manifest_path"])
+    before = {n.hostname: versions(read_manifest(n, manifest_path)) for n in nodes}
     extra = [*(["--limit", limit] if limit else []), *(["--check", "--diff"] if check else [])]
     log = folder / "ansible.log"
     result = run_playbook(
@@ -152,6 +189,13 @@ def apply(
         name_hosts=True,
     )
     untouched = [host for host in listed if host not in result.hosts]
+    rendered = versions(document["nodeforge_manifest"])
+    changed_versions = {}
+    for node in nodes:
+        if node.hostname not in result.hosts:
+            continue
+        after = rendered if check else versions(read_manifest(node, manifest_path))
+        changed_versions[node.hostname] = version_changes(before[node.hostname], after)
     return ApplyResult(
         image=target.image.name,
         profile=target.profile.name,
@@ -159,4 +203,5 @@ def apply(
         playbook=result,
         log=log,
         untouched=untouched,
+        changed_versions=changed_versions,
     )

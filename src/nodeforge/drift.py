@@ -113,10 +113,13 @@ def expand(urls: list[str]) -> list[Node]:
     return nodes
 
 
+def _cat(node: Node, path: str) -> Any:
+    return testinfra.get_host(node.url).run("cat %s", path)
+
+
 def node_image(node: Node, manifest_path: str) -> str:
     """The image the node's manifest names; ValueError saying why there is none."""
-    host = testinfra.get_host(node.url)
-    text = host.run("cat %s", manifest_path)
+    text = _cat(node, manifest_path)
     if text.rc != 0:
         raise ValueError(
             f"no {manifest_path} ({text.stderr.strip() or f'exit {text.rc}'}): not a node "
@@ -127,6 +130,21 @@ def node_image(node: Node, manifest_path: str) -> str:
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{manifest_path} is not a nodeforge manifest ({exc})") from None
     return str(image)
+
+
+def read_manifest(node: Node, manifest_path: str) -> dict[str, Any] | None:
+    """The node's manifest, None when it has none (or none that parses)."""
+    try:
+        text = _cat(node, manifest_path)
+    except RuntimeError:  # testinfra's word for a host it could not reach
+        return None
+    if text.rc != 0:
+        return None
+    try:
+        found = json.loads(text.stdout)
+    except json.JSONDecodeError:
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def drift(

@@ -32,6 +32,9 @@ def _held(node: str) -> set[str]:
 def test_check_mode_shows_the_change_and_makes_none(nodes: list[str], tmp_path: Path) -> None:
     node = nodes[0]
     podman(["exec", node, "apt-mark", "unhold", "linux-image-cloud-amd64"])
+    # as if the node had been built from a stack with another driver
+    older = 's/"version": "550.163.01"/"version": "535.261.03"/'
+    podman(["exec", node, "sed", "-i", older, "/etc/nodeforge/manifest.json"])
     result = nodeforge_cli(
         "apply", LOCAL_IMAGE, "--hosts", f"podman://{node}", "--check", "--json",
         "--work-dir", str(tmp_path),
@@ -42,6 +45,8 @@ def test_check_mode_shows_the_change_and_makes_none(nodes: list[str], tmp_path: 
     assert summary["nodes"][node]["failures"] == 0
     assert HOLD in summary["nodes"][node]["changes"]
     assert "linux-image-cloud-amd64" not in _held(node)
+    # the versions the node has against those the run would write
+    assert summary["nodes"][node]["versions"] == ["stack.driver.version: 535.261.03 -> 550.163.01"]
     # the run was in node mode: the vars it used say so
     rendered = json.loads((tmp_path / "vars.json").read_text())
     assert rendered["nodeforge_mode"] == "node"

@@ -150,6 +150,7 @@ def apply(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         catalog,
         target,
         inventory=inventory,
+        node_urls=urls,
         limit=args.limit,
         work_dir=work_dir,
         repo_root=REPO_ROOT,
@@ -173,6 +174,7 @@ def apply(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     lines = [text_table(["node", "ok", verb, "failed", "unreachable", "skipped"], rows), ""]
     for host, node in document["nodes"].items():
         lines += [f"{host} {verb}: {task}" for task in node["changes"]]
+        lines += [f"{host} version {change}" for change in node["versions"]]
     if result.untouched:
         lines.append(f"untouched (a batch before theirs failed): {', '.join(result.untouched)}")
     lines += [f"failed: {failure.splitlines()[0]}" for failure in result.playbook.failures]
