@@ -170,9 +170,8 @@ def apply(
     if isinstance(inventory, dict):
         inventory_path = folder / "inventory.yml"
         write_output(inventory_path, yaml.safe_dump(inventory, sort_keys=False))
-        listed = list(inventory["all"]["hosts"])
     else:
-        inventory_path, listed = inventory, []
+        inventory_path = inventory
     nodes = expand(node_urls)
     manifest_path = str(catalog.common.vars["nodeforge_manifest_path"])
     before = {n.hostname: versions(read_manifest(n, manifest_path)) for n in nodes}
@@ -188,7 +187,8 @@ def apply(
         extra_args=extra,
         name_hosts=True,
     )
-    untouched = [host for host in listed if host not in result.hosts]
+    # the nodes expand() listed (an inventory's too): those the recap lacks were never reached
+    untouched = [n.hostname for n in nodes if n.hostname not in result.hosts]
     rendered = versions(document["nodeforge_manifest"])
     changed_versions = {}
     for node in nodes:
