@@ -51,6 +51,7 @@ bench: $(STAMP) podman
 	$(BIN)/python benchmarks/bench_startup.py
 	$(BIN)/python benchmarks/bench_check.py
 	$(BIN)/python benchmarks/bench_local_build.py
+	$(BIN)/python benchmarks/bench_fleet.py
 
 readme: $(STAMP)
 	$(BIN)/python tools/readme_matrix.py

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from nodeforge.apply import ApplyResult, batch_size, inventory_of, serial, version_changes, versions
 from nodeforge.errors import InputError
-from nodeforge.local.playbook import PlaybookResult
+from nodeforge.local.playbook import PlaybookResult, _follow
 
 
 def test_the_canary_batch_comes_first() -> None:
@@ -63,7 +64,30 @@ def test_a_run_is_ok_only_when_every_node_converged() -> None:
         "skipped": 3,
         "changes": ["t"],
         "versions": [],
+        "notices": [],
     }
+
+
+def test_a_node_skipped_as_busy_leaves_the_run_not_ok() -> None:
+    """node/guard.yml's notice (a debug of nodeforge_notice in Ansible's JSON stream) is read
+    per node; a busy node was not brought to the image, so the run is not ok."""
+    playbook = PlaybookResult(returncode=0)
+    shown: list[str] = []
+    for host, notice in (("a", "skipped: busy (Slurm jobs 12); nothing was changed"),
+                         ("b", "healthy; back in service")):  # fmt: skip
+        event = {
+            "_event": "v2_runner_on_ok",
+            "task": {"name": "Guard | notice"},
+            "hosts": {host: {"nodeforge_notice": notice, "changed": False}},
+        }
+        _follow(json.dumps(event), playbook, shown.append)
+    converged = {"ok": 9, "changed": 0, "failures": 0, "unreachable": 0, "skipped": 1}
+    playbook.hosts = {"a": converged, "b": converged}
+    result = ApplyResult("img", "p", False, playbook, Path("log"))
+    assert not result.ok
+    assert result.busy == {"a": "skipped: busy (Slurm jobs 12); nothing was changed"}
+    assert result.to_json()["nodes"]["b"]["notices"] == ["healthy; back in service"]
+    assert "      a: skipped: busy (Slurm jobs 12); nothing was changed" in shown
 
 
 def test_versions_are_every_version_leaf_of_the_manifest() -> None:

@@ -250,3 +250,25 @@ def test_user_vars_cannot_set_the_mode(shipped: Catalog, tmp_path: Path) -> None
             overrides=load_overrides(overrides),
             overrides_path=overrides,
         )
+
+
+def test_live_node_vars_are_typed_defaults_in_node_mode_only(
+    shipped: Catalog, tmp_path: Path
+) -> None:
+    """playbooks/node.yml reads the busy guard's and hooks' variables from the rendered vars:
+    defaults where no layer sets them, the last layer's value where one does; image builds have
+    none. The per-node scheduler names are left to the playbook (each node's hostname)."""
+    overrides = tmp_path / "user.yml"
+    overrides.write_text("vars:\n  nodeforge_scheduler: slurm\n  nodeforge_drain_poll_s: 2\n")
+    loaded = load_overrides(overrides)
+    node = _render(
+        shipped, "local-debian13", mode="node", overrides=loaded, overrides_path=overrides
+    )
+    assert node["nodeforge_scheduler"] == "slurm"
+    assert node["nodeforge_drain_poll_s"] == 2
+    assert node["nodeforge_busy"] == "skip"
+    assert node["nodeforge_drain_timeout_s"] == 3600
+    assert "slurmd.service" in node["nodeforge_health_units"]
+    assert "nodeforge_slurm_node" not in node
+    image = _render(shipped, "local-debian13", overrides=loaded, overrides_path=overrides)
+    assert "nodeforge_busy" not in image

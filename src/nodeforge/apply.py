@@ -4,8 +4,10 @@ The vars are rendered in node mode (no image cleanup; roles restart no hardware 
 reboot nothing unless the vars allow it) and `playbooks/node.yml` runs against the nodes with
 Ansible's own rolling update: `serial` takes the canary batch first, then batches of `--batch`,
 and `max_fail_percentage: 0` ends the run at the first failed node, leaving every later batch
-untouched. `--check` is Ansible's check mode with diffs: what would change, per node, and
-nothing changed.
+untouched. Around the layers, node.yml's busy guard skips (or, with `--drain`, drains) a busy node
+whose driver stack would change, and its health check decides whether the next batch may go
+(docs/live-nodes.md). `--check` is Ansible's check mode with diffs: what would change, per node,
+and nothing changed.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from nodeforge.target import Target
 
 _BATCH = re.compile(r"^(?:[1-9]\d*|(?:100|[1-9]\d?)%)$")
 _RECAP = ("ok", "changed", "failures", "unreachable", "skipped")
+# how node/guard.yml's notice for a node it left alone begins
+_SKIPPED_BUSY = "skipped: busy"
 
 
 def batch_size(value: str, option: str) -> int | str:
@@ -118,9 +122,21 @@ class ApplyResult:
     manifest the run would write)."""
 
     @property
+    def busy(self) -> dict[str, str]:
+        """The nodes the busy guard left alone, with what was running on them."""
+        return {
+            host: notice
+            for host, notices in self.playbook.notices.items()
+            for notice in notices
+            if notice.startswith(_SKIPPED_BUSY)
+        }
+
+    @property
     def ok(self) -> bool:
+        """Every node reached, changed as asked and healthy: a node skipped as busy is not at
+        the image yet, so the run is not ok (run again once its work has ended)."""
         failed = any(s.get("failures") or s.get("unreachable") for s in self.nodes().values())
-        return self.playbook.returncode == 0 and not failed and not self.untouched
+        return self.playbook.returncode == 0 and not (failed or self.untouched or self.busy)
 
     def nodes(self) -> dict[str, dict[str, int]]:
         return self.playbook.hosts
@@ -136,10 +152,12 @@ class ApplyResult:
                     **{k: stats.get(k, 0) for k in _RECAP},
                     "changes": self.playbook.host_changes.get(host, []),
                     "versions": self.changed_versions.get(host, []),
+                    "notices": self.playbook.notices.get(host, []),
                 }
                 for host, stats in self.nodes().items()
             },
             "untouched": self.untouched,
+            "busy": self.busy,
             "failures": self.playbook.failures,
             "log": str(self.log),
         }
@@ -156,6 +174,7 @@ def apply(
     repo_root: Path,
     check: bool,
     batches: list[int | str],
+    drain: bool,
     progress: Progress,
     overrides: UserOverrides | None = None,
     overrides_path: Path | None = None,
@@ -165,6 +184,10 @@ def apply(
         catalog, target, mode="node", overrides=overrides, overrides_path=overrides_path
     )
     document["nodeforge_batch_size"] = batches
+    if drain:
+        document["nodeforge_busy"] = "drain"
+    mode = "check mode: nothing changes" if check else f"batches {batches}"
+    progress(f"applying {target.image.name} ({target.profile.name}) in node mode, {mode}")
     vars_path = folder / "vars.json"
     write_output(vars_path, to_json(document))
     if isinstance(inventory, dict):

@@ -35,6 +35,7 @@ from nodeforge.catalog.models import LAYERS, Model, PlainUrl, Profile, Stack, Va
 from nodeforge.catalog.yamlfile import read_yaml
 from nodeforge.check import check_targets
 from nodeforge.errors import InputError
+from nodeforge.live_vars import live_node_vars
 from nodeforge.mirror import resolve_url
 from nodeforge.rolevars import Context, derived_var_problem, role_inputs
 from nodeforge.rules import RULES
@@ -216,8 +217,14 @@ def render(
         _layers(catalog, target, target.profile, overrides, overrides_path),
         {name: owner for name, (_, owner) in inputs.items()},
     )
+    live = (
+        live_node_vars(_layers(catalog, target, target.profile, overrides, overrides_path))
+        if mode == "node"
+        else {}
+    )
     return {
         **layered,
+        **live,
         **{name: value for name, (value, _) in inputs.items()},
         "nodeforge": {
             **_image_facts(catalog, target, overrides.mirror),

@@ -1,10 +1,12 @@
 """`nodeforge apply` against containers booted from the locally built image: check mode says
 what would change and changes nothing; a rollout stops at the first failed batch and leaves the
-later nodes untouched."""
+later nodes untouched; a node lost during the run is reported and fails the run."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 
 from nodeforge.local.podman import SystemdContainer
 from nodeforge.local.podman import run as podman
+from tests.conftest import REPO
 from tests.integration.conftest import LOCAL_IMAGE, local_image_group, nodeforge_cli
 
 pytestmark = local_image_group
@@ -66,3 +69,27 @@ def test_a_failed_canary_stops_the_rollout(nodes: list[str], tmp_path: Path) -> 
     assert "FAILED: " in result.stderr and f" on {canary}" in result.stderr
     log = (tmp_path / "ansible.log").read_text()
     assert all(node not in log for node in later)
+
+
+def test_a_node_lost_mid_run_is_reported_and_the_run_fails(
+    nodes: list[str], tmp_path: Path
+) -> None:
+    kept, lost, _ = nodes
+    run = subprocess.Popen(
+        [sys.executable, "-m", "nodeforge.cli", "apply", LOCAL_IMAGE,
+         "--hosts", f"podman://{kept},podman://{lost}", "--canary", "2", "--json",
+         "--work-dir", str(tmp_path)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert run.stderr is not None
+    for line in run.stderr:
+        if "] base : " in line:  # the layers have started on both nodes
+            podman(["kill", lost])
+            break
+    out, err = run.communicate(timeout=900)
+    assert run.returncode == 1, err[-3000:]
+    summary = json.loads(out)
+    shown = summary["nodes"][lost]
+    assert shown["unreachable"] + shown["failures"] == 1
+    assert [f for f in summary["failures"] if f" on {lost}: " in f]
+    assert summary["ok"] is False

@@ -197,6 +197,11 @@ def _add_apply_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
     p.add_argument("--check", action="store_true", help="show what would change; change nothing")
     p.add_argument("--batch", metavar="N|P%", help="nodes per batch after the canary (10%%)")
     p.add_argument("--canary", metavar="N|P%", help="nodes in the first batch (default 1)")
+    p.add_argument(
+        "--drain",
+        action="store_true",
+        help="a busy node whose driver stack changes is drained and waited for, not skipped",
+    )
     p.add_argument("--vars", type=Path, metavar="FILE", help="user overrides (JSON or YAML)")
     p.add_argument("--work-dir", type=Path, metavar="DIR", help="default: build/IMAGE/apply")
     p.add_argument("--allow-unverified", action="store_true")

@@ -143,9 +143,6 @@ def apply(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     inventory = args.inventory.resolve() if args.inventory else inventory_of(urls)
     batches = serial(args.batch, args.canary)
     work_dir = output_folder(args.work_dir or Path("build") / target.image.name / "apply")
-    progress = stderr_progress()
-    mode = "check mode: nothing changes" if args.check else f"batches {batches}"
-    progress(f"applying {target.image.name} ({target.profile.name}) in node mode, {mode}")
     result = apply_image(
         catalog,
         target,
@@ -156,7 +153,8 @@ def apply(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         repo_root=REPO_ROOT,
         check=args.check,
         batches=batches,
-        progress=progress,
+        drain=args.drain,
+        progress=stderr_progress(),
         overrides=overrides,
         overrides_path=args.vars,
     )
@@ -175,6 +173,7 @@ def apply(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     for host, node in document["nodes"].items():
         lines += [f"{host} {verb}: {task}" for task in node["changes"]]
         lines += [f"{host} version {change}" for change in node["versions"]]
+        lines += [f"{host} {notice}" for notice in node["notices"]]
     if result.untouched:
         lines.append(f"untouched (a batch before theirs failed): {', '.join(result.untouched)}")
     lines += [f"failed: {failure.splitlines()[0]}" for failure in result.playbook.failures]

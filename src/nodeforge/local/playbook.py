@@ -55,6 +55,9 @@ class PlaybookResult:
     """Per host, Ansible's recap: ok, changed, failures, unreachable, skipped, rescued, ignored."""
     host_changes: dict[str, list[str]] = field(default_factory=dict)
     """Per host, the tasks that changed (or would, in check mode) something on it."""
+    notices: dict[str, list[str]] = field(default_factory=dict)
+    """Per host, what the play said of it (a debug of `nodeforge_notice`): skipped as busy, back
+    in service ..."""
 
 
 def ansible_playbook() -> str:
@@ -179,6 +182,11 @@ def _follow(
         result.roles.start(name, time.monotonic())
         progress(f"[{result.tasks:3d}] {name}")
     elif kind == "v2_runner_on_ok":
+        for host, outcome in event.get("hosts", {}).items():
+            if "nodeforge_notice" in outcome:
+                notice = str(outcome["nodeforge_notice"])
+                result.notices.setdefault(host, []).append(notice)
+                progress(f"      {host}: {notice}")
         changed = [h for h, outcome in event.get("hosts", {}).items() if outcome.get("changed")]
         for host in changed:
             result.host_changes.setdefault(host, []).append(name)

@@ -75,9 +75,12 @@ class SystemdContainer:
         name: str | None = None,
         boot_timeout: float = 120.0,
         read_only_mounts: Sequence[tuple[Path, str]] = (),
+        hostname: str | None = None,
     ):
         self.image = image
         self.name = name or f"nodeforge-{uuid.uuid4().hex[:12]}"
+        # with host networking podman gives the container the host's name unless told
+        self.hostname = hostname
         self.boot_timeout = boot_timeout
         # (host file, path in the container): bind mounts, which `podman commit` leaves out
         self.read_only_mounts = tuple(read_only_mounts)
@@ -87,6 +90,7 @@ class SystemdContainer:
             run(
                 [
                     "run", "-d", "--name", self.name, "--systemd=always", "--network", "host",
+                    *(["--hostname", self.hostname] if self.hostname else []),
                     *(
                         f"--volume={host}:{inside}:ro"
                         for host, inside in self.read_only_mounts
