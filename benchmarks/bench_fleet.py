@@ -20,6 +20,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -34,7 +35,7 @@ NOOP_TASKS = 40
 GOAL = 4.0
 
 
-def _apply(containers: list[str], work: Path) -> tuple[float, dict[str, dict[str, int]]]:
+def _apply(containers: list[str], work: Path) -> tuple[float, dict[str, dict[str, Any]]]:
     argv = [sys.executable, "-m", "nodeforge.cli", "apply", IMAGE, "--canary", "100%", "--json"]
     argv += ["--hosts", ",".join(f"podman://{c}" for c in containers), "--work-dir", str(work)]
     started = time.monotonic()
@@ -95,11 +96,14 @@ def main() -> None:
             changed = sum(n["changed"] for n in nodes.values())
             ratio = took / one
             print(f"  {size:>5} {took:>8.1f} {ratio:>10.2f} {tasks:>10} {changed:>8}")
+            for task in sorted({t for n in nodes.values() for t in n["changes"]}):
+                print(f"        changed: {task}")
         if one is not None and len(sizes) > 1:
             verdict = "met" if took / one <= GOAL else "NOT met"
             print(f"  goal: {sizes[-1]} nodes within {GOAL:.0f}x {sizes[0]}: {verdict}")
         playbook = _noop_playbook(folder)
-        local = _noop(playbook, {"localhost": {"ansible_connection": "local"}}, folder)
+        controller = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        local = _noop(playbook, {"localhost": controller}, folder)
         podman = {name: {"ansible_connection": "nodeforge_podman"} for name in fleet}
         first = dict(list(podman.items())[:1])
         single = _noop(playbook, first, folder)

@@ -12,8 +12,8 @@ import pytest
 from nodeforge.local.podman import SystemdContainer
 from tests.integration.conftest import local_image_group, run_playbook
 
-# runs_long: the whole local_image group (about 9 minutes in CI) starts with this test
-pytestmark = [local_image_group, pytest.mark.runs_long(9)]
+# runs_long: the whole local_image group (about 15 minutes in CI) starts with this test
+pytestmark = [local_image_group, pytest.mark.runs_long(15)]
 PLAYBOOK = """
 - name: A driver that does not build for the image kernel
   hosts: all
