@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from nodeforge.apply import ApplyResult, batch_size, inventory_of, serial, version_changes, versions
+from nodeforge.apply import (
+    SSM_CONNECTION,
+    ApplyResult,
+    batch_size,
+    inventory_of,
+    serial,
+    split_hosts,
+    version_changes,
+    versions,
+)
 from nodeforge.errors import InputError
 from nodeforge.local.playbook import PlaybookResult, _follow
+from tests.conftest import REPO
 
 
 def test_the_canary_batch_comes_first() -> None:
@@ -117,3 +130,54 @@ def test_version_changes_name_the_old_and_the_new() -> None:
         "new.version: - -> 2",
         "stack.driver.version: 570.1 -> 580.2",
     ]
+
+
+def test_ssm_nodes_use_systems_manager_through_a_bucket() -> None:
+    inventory = inventory_of(["ssm://i-0123456789abcdef0", "ssm://i-01234567"], "nf-transfer")
+    assert inventory["all"]["hosts"]["i-0123456789abcdef0"] == {
+        "ansible_connection": SSM_CONNECTION,
+        "ansible_aws_ssm_instance_id": "i-0123456789abcdef0",
+        "ansible_aws_ssm_bucket_name": "nf-transfer",
+    }
+    with pytest.raises(InputError, match="moves files through S3") as error:
+        inventory_of(["ssm://i-0123456789abcdef0"])
+    assert error.value.field == "--ssm-bucket"
+
+
+@pytest.mark.parametrize("spec", ["ssm://web1", "ssm://i-0123", "ssm://i-0123456789ABCDEF0"])
+def test_an_ssm_node_is_an_instance_id(spec: str) -> None:
+    with pytest.raises(InputError, match="does not name an EC2 instance") as error:
+        split_hosts(f"podman://c1,{spec}")
+    assert error.value.field == "--hosts"
+    assert split_hosts("ssm://i-0123456789abcdef0, podman://c1") == [
+        "ssm://i-0123456789abcdef0",
+        "podman://c1",
+    ]
+
+
+def test_ssm_nodes_are_driven_by_the_aws_ssm_connection(tmp_path: Path) -> None:
+    """The whole path up to the session: the inventory names amazon.aws.aws_ssm, Ansible loads
+    it, and it stops where AWS's session-manager-plugin binary is missing (as on a controller
+    without it), which the run reports against the node, exiting 1."""
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+        "AWS_SESSION_MANAGER_PLUGIN": str(tmp_path / "session-manager-plugin"),
+    }
+    node = "i-0123456789abcdef0"
+    result = subprocess.run(
+        [sys.executable, "-m", "nodeforge.cli", "apply", "local-debian13",
+         "--hosts", f"ssm://{node}", "--ssm-bucket", "nf-transfer", "--json",
+         "--work-dir", str(tmp_path / "work")],
+        cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-2000:]
+    summary = json.loads(result.stdout)
+    assert summary["nodes"][node]["failures"] == 1
+    [failure] = summary["failures"]
+    assert failure.startswith(f"Gathering Facts on {node}: ")
+    assert "session-manager-plugin" in failure

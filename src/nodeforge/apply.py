@@ -24,12 +24,17 @@ import yaml
 from nodeforge.catalog.loader import Catalog
 from nodeforge.drift import expand, read_manifest
 from nodeforge.errors import InputError
+from nodeforge.hosts import check_hosts
 from nodeforge.local.playbook import PlaybookResult, Progress, run_playbook
 from nodeforge.outfile import output_folder, write_output
 from nodeforge.render import UserOverrides, render, to_json
 from nodeforge.target import Target
 
 _BATCH = re.compile(r"^(?:[1-9]\d*|(?:100|[1-9]\d?)%)$")
+_INSTANCE_ID = re.compile(r"^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+# Ansible's connection over AWS Systems Manager (amazon.aws): a session to the instance's SSM
+# agent, files moved through an S3 bucket the instance profile can read.
+SSM_CONNECTION = "amazon.aws.aws_ssm"
 _RECAP = ("ok", "changed", "failures", "unreachable", "skipped")
 # how node/guard.yml's notice for a node it left alone begins
 _SKIPPED_BUSY = "skipped: busy"
@@ -52,8 +57,9 @@ def serial(batch: str | None, canary: str | None) -> list[int | str]:
     return [batch_size(canary, "--canary") if canary else 1, rest]
 
 
-def inventory_of(urls: list[str]) -> dict[str, Any]:
-    """An Ansible inventory for testinfra-style host URLs: ssh://[user@]host[:port],
+def inventory_of(urls: list[str], ssm_bucket: str | None = None) -> dict[str, Any]:
+    """An Ansible inventory for the node URLs: ssh://[user@]host[:port], ssm://INSTANCE_ID
+    (Systems Manager, for nodes without inbound SSH; its files go through `ssm_bucket`),
     podman://CONTAINER (the pipelined podman connection) and local://."""
     hosts: dict[str, dict[str, Any]] = {}
     for url in urls:
@@ -65,6 +71,20 @@ def inventory_of(urls: list[str]) -> dict[str, Any]:
                 entry["ansible_user"] = parts.username
             if parts.port:
                 entry["ansible_port"] = parts.port
+        elif parts.scheme == "ssm" and _INSTANCE_ID.match(parts.netloc):
+            name = parts.netloc
+            if not ssm_bucket:
+                raise InputError(
+                    f"{url} is reached through Systems Manager, which moves files through S3",
+                    field="--ssm-bucket",
+                    fix="give --ssm-bucket BUCKET, a bucket the instance profile can read and "
+                    "write (the AWS pipeline's ssm_bucket serves)",
+                )
+            entry = {
+                "ansible_connection": SSM_CONNECTION,
+                "ansible_aws_ssm_instance_id": name,
+                "ansible_aws_ssm_bucket_name": ssm_bucket,
+            }
         elif parts.scheme == "podman" and parts.netloc:
             name = parts.netloc
             entry = {"ansible_connection": "nodeforge_podman"}
@@ -74,11 +94,34 @@ def inventory_of(urls: list[str]) -> dict[str, Any]:
             raise InputError(
                 f"'{url}' is not a node apply can reach",
                 field="--hosts",
-                fix="name nodes as ssh://[USER@]HOST[:PORT] or podman://CONTAINER, or give an "
-                "Ansible inventory with --inventory",
+                fix="name nodes as ssh://[USER@]HOST[:PORT], ssm://i-0123456789abcdef0 or "
+                "podman://CONTAINER, or give an Ansible inventory with --inventory",
             )
         hosts[name] = entry
     return {"all": {"hosts": hosts}}
+
+
+def split_hosts(spec: str) -> list[str]:
+    """apply's --hosts: testinfra host URLs (checked as `validate` checks them) and
+    ssm://INSTANCE_ID, which Ansible reaches and testinfra reads through the inventory."""
+    urls = [host.strip() for host in spec.split(",")]
+    for url in urls:
+        if url.startswith("ssm://") and not _INSTANCE_ID.match(url.removeprefix("ssm://")):
+            raise InputError(
+                f"'{url}' does not name an EC2 instance",
+                field="--hosts",
+                fix="name it as ssm://i-0123456789abcdef0 (the instance id)",
+            )
+    check_hosts(",".join(u for u in urls if not u.startswith("ssm://")) or "local://")
+    return urls
+
+
+def _readable(url: str, inventory_path: Path) -> str:
+    """The URL testinfra reads a node's manifest through: an ssm:// node through Ansible and
+    the run's inventory (testinfra has no Systems Manager backend of its own)."""
+    if url.startswith("ssm://"):
+        return f"ansible://{url.removeprefix('ssm://')}?ansible_inventory={inventory_path}"
+    return url
 
 
 def versions(manifest: Mapping[str, Any] | None) -> dict[str, str]:
@@ -195,7 +238,7 @@ def apply(
         write_output(inventory_path, yaml.safe_dump(inventory, sort_keys=False))
     else:
         inventory_path = inventory
-    nodes = expand(node_urls)
+    nodes = expand([_readable(url, inventory_path) for url in node_urls])
     manifest_path = str(catalog.common.vars["nodeforge_manifest_path"])
     before = {n.hostname: versions(read_manifest(n, manifest_path)) for n in nodes}
     extra = [*(["--limit", limit] if limit else []), *(["--check", "--diff"] if check else [])]

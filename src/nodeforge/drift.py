@@ -114,12 +114,19 @@ def expand(urls: list[str]) -> list[Node]:
 
 
 def _cat(node: Node, path: str) -> Any:
-    return testinfra.get_host(node.url).run("cat %s", path)
+    """`cat PATH` on the node; RuntimeError when it cannot be reached."""
+    try:
+        return testinfra.get_host(node.url).run("cat %s", path)
+    except KeyError:  # testinfra's ansible backend, given Ansible's result for an unreachable host
+        raise RuntimeError(f"{node.hostname} could not be reached") from None
 
 
 def node_image(node: Node, manifest_path: str) -> str:
     """The image the node's manifest names; ValueError saying why there is none."""
-    text = _cat(node, manifest_path)
+    try:
+        text = _cat(node, manifest_path)
+    except RuntimeError as exc:
+        raise ValueError(f"unreachable: {exc}") from None
     if text.rc != 0:
         raise ValueError(
             f"no {manifest_path} ({text.stderr.strip() or f'exit {text.rc}'}): not a node "
@@ -208,8 +215,13 @@ def _attribute(run: ValidationRun, entries: list[NodeDrift]) -> None:
             target.drifted.append({"check": check["id"].split("::", 1)[-1], "found": found})
 
 
-def parse_urls(hosts: str | None, inventory: Path | None, limit: str | None) -> list[str]:
-    """`--hosts` or `--inventory [--limit]` as testinfra URLs."""
+def parse_urls(
+    hosts: str | None,
+    inventory: Path | None,
+    limit: str | None,
+    split: Callable[[str], list[str]] = check_hosts,
+) -> list[str]:
+    """`--hosts` (checked by `split`) or `--inventory [--limit]` as node URLs."""
     if (hosts is None) == (inventory is None):
         raise InputError(
             "name the nodes with --hosts or with --inventory (one of the two)",
@@ -226,4 +238,4 @@ def parse_urls(hosts: str | None, inventory: Path | None, limit: str | None) -> 
             field="--limit",
             fix="drop --limit, or name the nodes with --inventory FILE --limit PATTERN",
         )
-    return check_hosts(str(hosts))
+    return split(str(hosts))

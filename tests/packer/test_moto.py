@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import os
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from nodeforge.catalog.loader import load_catalog
 from nodeforge.packer.build import build_amis
 from nodeforge.target import target_for
 from tests.conftest import Edit
+from tests.moto_server import moto_endpoint as served_moto
 from tests.packer.conftest import DOUBLE, Calls
 
 # moto refuses to store parameters under the reserved /aws/ prefix, so the test OS entry
@@ -28,25 +27,10 @@ PARAMETER = "/nodeforge/test/ubuntu/24.04/amd64/ami-id"
 def moto_endpoint(calls: Calls, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """After `calls` (which clears AWS_ENDPOINT_URL for the other tests)."""
     del calls
-    # moto's catalogue of public AMIs takes seconds to load and nothing here needs it
-    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    # moto's backends live in this process: a test that ran before in the same worker (pytest
-    # -n) may have left the parameter or AMIs behind
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"))
-    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    # the double's `#!/usr/bin/env python3` must find this venv's python (it has boto3)
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    yield endpoint
-    server.stop()
+    with served_moto(monkeypatch) as endpoint:
+        # the double's `#!/usr/bin/env python3` must find this venv's python (it has boto3)
+        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+        yield endpoint
 
 
 @pytest.mark.usefixtures("moto_endpoint")

@@ -191,9 +191,17 @@ def _add_apply_parser(sub: argparse._SubParsersAction[P], common: P) -> None:
     )
     p.add_argument("image")
     p.add_argument("--profile", help="target profile (needed when the image has several)")
-    p.add_argument("--hosts", help="ssh://[USER@]HOST[:PORT] or podman://NAME (comma-separated)")
+    p.add_argument(
+        "--hosts",
+        help="ssh://[USER@]HOST[:PORT], ssm://INSTANCE_ID or podman://NAME (comma-separated)",
+    )
     p.add_argument("--inventory", type=Path, metavar="FILE", help="an Ansible inventory")
     p.add_argument("--limit", metavar="PATTERN", help="the inventory's hosts to converge")
+    p.add_argument(
+        "--ssm-bucket",
+        metavar="BUCKET",
+        help="the S3 bucket Systems Manager moves files through, for ssm:// hosts",
+    )
     p.add_argument("--check", action="store_true", help="show what would change; change nothing")
     p.add_argument("--batch", metavar="N|P%", help="nodes per batch after the canary (10%%)")
     p.add_argument("--canary", metavar="N|P%", help="nodes in the first batch (default 1)")

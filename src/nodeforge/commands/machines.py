@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from nodeforge.apply import apply as apply_image
-from nodeforge.apply import inventory_of, serial
+from nodeforge.apply import inventory_of, serial, split_hosts
 from nodeforge.catalog.loader import Catalog
 from nodeforge.commands import ami
 from nodeforge.commands.common import checked_target, stderr_progress
@@ -139,8 +139,10 @@ def apply(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     if checked is None:
         return EXIT_VIOLATIONS
     target, overrides = checked
-    urls = parse_urls(args.hosts, args.inventory, args.limit)
-    inventory = args.inventory.resolve() if args.inventory else inventory_of(urls)
+    urls = parse_urls(args.hosts, args.inventory, args.limit, split_hosts)
+    inventory = (
+        args.inventory.resolve() if args.inventory else inventory_of(urls, args.ssm_bucket)
+    )
     batches = serial(args.batch, args.canary)
     work_dir = output_folder(args.work_dir or Path("build") / target.image.name / "apply")
     result = apply_image(
