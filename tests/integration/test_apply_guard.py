@@ -26,6 +26,7 @@ from tests.integration.slurm import SlurmCluster, slurm_cluster, slurm_image
 pytestmark = local_image_group
 MANIFEST = "/etc/nodeforge/manifest.json"
 OLDER_DRIVER = 's/"version": "550.163.01"/"version": "535.261.03"/'
+NEWER_DRIVER = 's/"version": "535.261.03"/"version": "550.163.01"/'
 STANDIN_NVIDIA_SMI = """#!/bin/sh
 # stand-in for `nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader`: the
 # processes named in /run/standin-gpu-pids that are alive
@@ -94,8 +95,11 @@ def test_a_busy_node_is_skipped_and_an_idle_one_drained_changed_and_resumed(
 ) -> None:
     job = cluster.submit(A, 600)
     pid = _gpu_process(cluster.container(A), 600, tmp_path)
-    summary = _apply(cluster, [A, B], tmp_path, "--batch", "1")
-    busy_node, idle_node = cluster.container(A), cluster.container(B)
+    # C runs a job too, but already has the image's driver stack: the run leaves it in service
+    podman(["exec", cluster.container(C), "sed", "-i", NEWER_DRIVER, MANIFEST])
+    cluster.submit(C, 600)
+    summary = _apply(cluster, [A, B, C], tmp_path, "--batch", "2")
+    busy_node, idle_node, same_stack = (cluster.container(n) for n in (A, B, C))
     # the busy node: left alone, with what was running, and as it was in Slurm
     assert summary["returncode"] == 1
     assert summary["busy"] == {
@@ -114,6 +118,11 @@ def test_a_busy_node_is_skipped_and_an_idle_one_drained_changed_and_resumed(
     drained = log.index(f"update_node: node {B} reason set to: nodeforge apply {LOCAL_IMAGE}")
     assert f"update_node: node {B} state set to IDLE" in log[drained:]
     assert f"{busy_node}: skipped: busy" in summary["stderr"]
+    # the node whose driver stack stays: converged under its running job, never drained
+    assert summary["nodes"][same_stack]["failures"] == 0
+    assert summary["nodes"][same_stack]["notices"] == ["healthy"]
+    assert cluster.state(C) == "allocated"
+    assert f"update_node: node {C}" not in log
 
 
 def test_drain_waits_for_the_work_and_a_sick_node_stops_the_rollout(
