@@ -140,9 +140,7 @@ def apply(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_VIOLATIONS
     target, overrides = checked
     urls = parse_urls(args.hosts, args.inventory, args.limit, split_hosts)
-    inventory = (
-        args.inventory.resolve() if args.inventory else inventory_of(urls, args.ssm_bucket)
-    )
+    inventory = args.inventory.resolve() if args.inventory else inventory_of(urls, args.ssm_bucket)
     batches = serial(args.batch, args.canary)
     work_dir = output_folder(args.work_dir or Path("build") / target.image.name / "apply")
     result = apply_image(
