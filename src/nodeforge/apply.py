@@ -112,7 +112,9 @@ def split_hosts(spec: str) -> list[str]:
                 field="--hosts",
                 fix="name it as ssm://i-0123456789abcdef0 (the instance id)",
             )
-    check_hosts(",".join(u for u in urls if not u.startswith("ssm://")) or "local://")
+    others = [url for url in urls if not url.startswith("ssm://")]
+    if others:
+        check_hosts(",".join(others))
     return urls
 
 

@@ -121,8 +121,8 @@ def _cat(node: Node, path: str) -> Any:
         raise RuntimeError(f"{node.hostname} could not be reached") from None
 
 
-def node_image(node: Node, manifest_path: str) -> str:
-    """The image the node's manifest names; ValueError saying why there is none."""
+def _manifest(node: Node, manifest_path: str) -> dict[str, Any]:
+    """The node's manifest; ValueError saying why there is none."""
     try:
         text = _cat(node, manifest_path)
     except RuntimeError as exc:
@@ -133,25 +133,28 @@ def node_image(node: Node, manifest_path: str) -> str:
             "nodeforge built, or unreachable"
         )
     try:
-        image = json.loads(text.stdout)["image"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        found = json.loads(text.stdout)
+    except json.JSONDecodeError as exc:
         raise ValueError(f"{manifest_path} is not a nodeforge manifest ({exc})") from None
-    return str(image)
+    if not isinstance(found, dict):
+        raise ValueError(f"{manifest_path} is not a nodeforge manifest (not a mapping)")
+    return found
+
+
+def node_image(node: Node, manifest_path: str) -> str:
+    """The image the node's manifest names; ValueError saying why there is none."""
+    manifest = _manifest(node, manifest_path)
+    if "image" not in manifest:
+        raise ValueError(f"{manifest_path} is not a nodeforge manifest (no image)")
+    return str(manifest["image"])
 
 
 def read_manifest(node: Node, manifest_path: str) -> dict[str, Any] | None:
-    """The node's manifest, None when it has none (or none that parses)."""
+    """The node's manifest, None when it has none (or none that parses, or no node answers)."""
     try:
-        text = _cat(node, manifest_path)
-    except RuntimeError:  # testinfra's word for a host it could not reach
+        return _manifest(node, manifest_path)
+    except ValueError:
         return None
-    if text.rc != 0:
-        return None
-    try:
-        found = json.loads(text.stdout)
-    except json.JSONDecodeError:
-        return None
-    return found if isinstance(found, dict) else None
 
 
 def drift(
